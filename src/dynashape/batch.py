@@ -1,0 +1,179 @@
+"""RolloutBatch: the one input type of every shaper (flat rollouts plus group ids).
+
+A batch is N rollouts side by side. Groups (the rollouts of one prompt) are given by `group_ids`, any integers,
+so groups may have different sizes after dynamic sampling or truncation. Vocabulary mapped to the engines:
+`group_ids` = verl `index` / `uid`, group size = TRL `num_generations`.
+
+Validation happens once, on construction: equal first dimensions, finite values, non-negative lengths, N > 0.
+A violation raises ValueError naming the field and the first bad index. Nothing is coerced silently: integer
+fields must have an integer dtype, `correct` must be boolean or exactly 0/1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["RolloutBatch"]
+
+
+def _as_tensor(field: str, value: Any) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    try:
+        return torch.as_tensor(np.asarray(value))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{field} must be a tensor or array, got {type(value).__name__}") from err
+
+
+def _first_index(bad: torch.Tensor) -> tuple[int, ...]:
+    """Index of the first True of a boolean tensor, as a tuple (row, col, ...)."""
+    flat = int(torch.nonzero(bad.reshape(-1), as_tuple=False)[0, 0])
+    return tuple(int(i) for i in np.unravel_index(flat, tuple(bad.shape)))
+
+
+def _fmt_index(idx: tuple[int, ...]) -> str:
+    return str(idx[0]) if len(idx) == 1 else str(list(idx))
+
+
+def _require_integer(field: str, t: torch.Tensor) -> None:
+    if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
+        raise ValueError(f"{field} must have an integer dtype, got {t.dtype}")
+
+
+def _require_finite(field: str, t: torch.Tensor) -> None:
+    bad = ~torch.isfinite(t)
+    if bool(bad.any()):
+        idx = _first_index(bad)
+        raise ValueError(f"{field} has a non-finite value {t[idx].item()!r} at index {_fmt_index(idx)}")
+
+
+@dataclass(frozen=True, eq=False)
+class RolloutBatch:
+    """N rollouts of M prompts, flat, with the verdicts and lengths every shaper needs.
+
+    Attributes:
+        group_ids: LongTensor [N]. Which prompt each rollout answers (any ints; need not be contiguous or sorted).
+        correct: BoolTensor [N]. Verifier verdict (a 0/1 float tensor is accepted and stored as bool).
+        lengths: LongTensor [N]. Response length in tokens (prompt excluded, EOS included, as the engine counts).
+        rewards: optional float Tensor [N, K]. Extra reward channels (format, overlong, ...).
+        prompt_keys: optional tuple of N str. A stable id of each rollout's prompt across steps (MEDS memory).
+        fingerprints: optional float Tensor [N, D]; a row of all NaN means "no fingerprint" (MEDS).
+    """
+
+    group_ids: torch.Tensor
+    correct: torch.Tensor
+    lengths: torch.Tensor
+    rewards: torch.Tensor | None = None
+    prompt_keys: tuple[str, ...] | None = None
+    fingerprints: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen dataclass: normalise fields once, here
+        group_ids = _as_tensor("group_ids", self.group_ids)
+        if group_ids.dim() != 1:
+            raise ValueError(f"group_ids must be 1-D [N], got shape {tuple(group_ids.shape)}")
+        n = group_ids.shape[0]
+        if n == 0:
+            raise ValueError("empty batch: group_ids has 0 rollouts (N must be > 0)")
+        _require_integer("group_ids", group_ids)
+        device = group_ids.device
+
+        def check_rows(field: str, t: torch.Tensor) -> None:
+            if t.shape[0] != n:
+                raise ValueError(f"{field} has {t.shape[0]} rows but group_ids has {n} (shape mismatch)")
+            if t.device != device:
+                raise ValueError(f"{field} is on {t.device} but group_ids is on {device}")
+
+        correct = _as_tensor("correct", self.correct)
+        if correct.dim() != 1:
+            raise ValueError(f"correct must be 1-D [N], got shape {tuple(correct.shape)}")
+        check_rows("correct", correct)
+        if correct.dtype != torch.bool:
+            if correct.is_floating_point():
+                _require_finite("correct", correct)
+            bad = (correct != 0) & (correct != 1)
+            if bool(bad.any()):
+                idx = _first_index(bad)
+                raise ValueError(
+                    f"correct must be boolean or 0/1, got {correct[idx].item()!r} at index {_fmt_index(idx)}"
+                )
+            correct = correct != 0
+
+        lengths = _as_tensor("lengths", self.lengths)
+        if lengths.dim() != 1:
+            raise ValueError(f"lengths must be 1-D [N], got shape {tuple(lengths.shape)}")
+        check_rows("lengths", lengths)
+        _require_integer("lengths", lengths)
+        neg = lengths < 0
+        if bool(neg.any()):
+            idx = _first_index(neg)
+            raise ValueError(f"lengths has a negative value {lengths[idx].item()} at index {_fmt_index(idx)}")
+
+        rewards = None
+        if self.rewards is not None:
+            rewards = _as_tensor("rewards", self.rewards)
+            if rewards.dim() != 2 or rewards.shape[1] == 0:
+                raise ValueError(f"rewards must be 2-D [N, K] with K >= 1, got shape {tuple(rewards.shape)}")
+            check_rows("rewards", rewards)
+            if not rewards.is_floating_point():
+                raise ValueError(f"rewards must have a floating dtype, got {rewards.dtype}")
+            _require_finite("rewards", rewards)
+
+        prompt_keys = None
+        if self.prompt_keys is not None:
+            if isinstance(self.prompt_keys, (str, bytes)):
+                raise ValueError("prompt_keys must be a sequence of N str, got a single string")
+            prompt_keys = tuple(self.prompt_keys)
+            if len(prompt_keys) != n:
+                raise ValueError(f"prompt_keys has {len(prompt_keys)} entries but group_ids has {n}")
+            for i, key in enumerate(prompt_keys):
+                if not isinstance(key, str):
+                    raise ValueError(f"prompt_keys[{i}] must be str, got {type(key).__name__}")
+
+        fingerprints = None
+        if self.fingerprints is not None:
+            fingerprints = _as_tensor("fingerprints", self.fingerprints)
+            if fingerprints.dim() != 2 or fingerprints.shape[1] == 0:
+                raise ValueError(
+                    f"fingerprints must be 2-D [N, D] with D >= 1, got shape {tuple(fingerprints.shape)}"
+                )
+            check_rows("fingerprints", fingerprints)
+            if not fingerprints.is_floating_point():
+                raise ValueError(f"fingerprints must have a floating dtype, got {fingerprints.dtype}")
+            # A whole NaN row means "no fingerprint"; anything else non-finite is corrupt data.
+            nan_row = torch.isnan(fingerprints).all(dim=1, keepdim=True)
+            _require_finite("fingerprints", torch.where(nan_row, 0.0, fingerprints))
+
+        set_(self, "group_ids", group_ids)
+        set_(self, "correct", correct)
+        set_(self, "lengths", lengths)
+        set_(self, "rewards", rewards)
+        set_(self, "prompt_keys", prompt_keys)
+        set_(self, "fingerprints", fingerprints)
+
+    def __len__(self) -> int:
+        return int(self.group_ids.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.group_ids.device
+
+    @classmethod
+    def from_uids(cls, uids: Sequence[str], **fields: Any) -> RolloutBatch:
+        """Build a batch from verl-style per-rollout uid strings (groups numbered by first appearance).
+
+        verl's uid is a fresh uuid per prompt per step, so it is not used as `prompt_keys`: pass stable keys
+        (e.g. a hash of the prompt text) for anything that must persist across steps (MEDS memory).
+        """
+        if isinstance(uids, (str, bytes)):
+            raise ValueError("uids must be a sequence of N str, got a single string")
+        numbering: dict[Any, int] = {}
+        ids = [numbering.setdefault(u, len(numbering)) for u in uids]
+        device = fields.get("lengths").device if isinstance(fields.get("lengths"), torch.Tensor) else None
+        group_ids = torch.tensor(ids, dtype=torch.long, device=device)
+        return cls(group_ids=group_ids, **fields)

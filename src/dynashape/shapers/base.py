@@ -1,0 +1,72 @@
+"""The one shaper interface: `shaper(batch) -> Shaped`, plus state for the stateful ones."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from dynashape.batch import RolloutBatch
+
+__all__ = ["Shaped", "Shaper"]
+
+
+@dataclass(frozen=True)
+class Shaped:
+    """What a shaper returns.
+
+    Attributes:
+        advantages: float32 Tensor [N], one scalar per rollout (engines broadcast it over response tokens).
+        rewards: float32 Tensor [N, C], the shaped per-channel rewards that produced it (for logging).
+        metrics: flat dict of floats, namespaced ("lead/lambda_c", ...), ready for any logger.
+    """
+
+    advantages: torch.Tensor
+    rewards: torch.Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Shaper(ABC):
+    """Base class of every registered shaper.
+
+    Subclasses set `config_cls` (a frozen keyword-only dataclass) and implement `shape`. Stateful shapers also
+    override `reset`, `state_dict` and `load_state_dict`; calling a shaper advances its state exactly once.
+    """
+
+    name: ClassVar[str] = ""
+    config_cls: ClassVar[type]
+
+    def __init__(self, config: Any = None) -> None:
+        if config is None:
+            config = self.config_cls()
+        if not isinstance(config, self.config_cls):
+            raise TypeError(
+                f"{type(self).__name__} needs a {self.config_cls.__name__}, got {type(config).__name__}"
+            )
+        self.config = config
+        self.reset()
+
+    def __call__(self, batch: RolloutBatch) -> Shaped:
+        if not isinstance(batch, RolloutBatch):
+            raise TypeError(f"a shaper takes a RolloutBatch, got {type(batch).__name__}")
+        return self.shape(batch)
+
+    @abstractmethod
+    def shape(self, batch: RolloutBatch) -> Shaped:
+        """Compute advantages for a validated batch."""
+
+    def reset(self) -> None:  # noqa: B027 - stateless shapers have nothing to reset
+        """Forget learned state (nothing for a stateless shaper)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state:
+            raise ValueError(f"shaper {self.name!r} is stateless but got state with keys {sorted(state)}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config!r})"

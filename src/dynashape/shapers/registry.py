@@ -1,0 +1,53 @@
+"""Name -> shaper class. One registry, one signature: no caller special-cases a name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from dynashape.shapers.base import Shaper
+
+__all__ = ["available_shapers", "config_class", "get_shaper", "register_shaper"]
+
+_REGISTRY: dict[str, type[Shaper]] = {}
+S = TypeVar("S", bound=type[Shaper])
+
+
+def register_shaper(name: str) -> Callable[[S], S]:
+    """Class decorator registering a Shaper subclass under `name`; a taken name raises ValueError."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"shaper name must be a non-empty str, got {name!r}")
+
+    def decorate(cls: S) -> S:
+        if not (isinstance(cls, type) and issubclass(cls, Shaper)):
+            raise TypeError(f"register_shaper({name!r}) decorates Shaper subclasses, got {cls!r}")
+        taken = _REGISTRY.get(name)
+        if taken is not None and taken is not cls:
+            raise ValueError(f"shaper name {name!r} is already registered to {taken.__qualname__}")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorate
+
+
+def _lookup(name: str) -> type[Shaper]:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown shaper {name!r}; available: {', '.join(available_shapers())}") from None
+
+
+def get_shaper(name: str, **params: Any) -> Shaper:
+    """Build the shaper `name` from keyword parameters (unknown names raise TypeError, bad values ValueError)."""
+    cls = _lookup(name)
+    return cls(cls.config_cls(**params))
+
+
+def config_class(name: str) -> type:
+    """The frozen config dataclass of shaper `name` (to validate engine config keys before building)."""
+    return _lookup(name).config_cls
+
+
+def available_shapers() -> list[str]:
+    return sorted(_REGISTRY)

@@ -1,0 +1,80 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dynashape import RolloutBatch
+
+
+def make(**over):
+    fields = dict(
+        group_ids=torch.tensor([0, 0, 1]),
+        correct=torch.tensor([True, False, True]),
+        lengths=torch.tensor([5, 6, 7]),
+    )
+    fields.update(over)
+    return RolloutBatch(**fields)
+
+
+def test_valid_batch_keeps_values_and_stores_correct_as_bool():
+    b = make(correct=torch.tensor([1.0, 0.0, 1.0]))
+    assert b.correct.dtype == torch.bool
+    assert b.correct.tolist() == [True, False, True]
+    assert len(b) == 3
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        (dict(correct=torch.tensor([1.0, math.nan, 1.0])), r"correct has a non-finite value nan at index 1"),
+        (dict(correct=torch.tensor([1.0, 0.5, 1.0])), r"correct must be boolean or 0/1, got 0.5 at index 1"),
+        (dict(lengths=torch.tensor([5, -2, 7])), r"lengths has a negative value -2 at index 1"),
+        (dict(lengths=torch.tensor([5.0, 6.0, 7.0])), r"lengths must have an integer dtype"),
+        (dict(lengths=torch.tensor([5, 6])), r"lengths has 2 rows but group_ids has 3"),
+        (dict(group_ids=torch.tensor([0.0, 0.0, 1.0])), r"group_ids must have an integer dtype"),
+        (
+            dict(rewards=torch.tensor([[1.0], [math.inf], [0.0]])),
+            r"rewards has a non-finite value inf at index \[1, 0\]",
+        ),
+        (dict(rewards=torch.tensor([1.0, 2.0, 3.0])), r"rewards must be 2-D \[N, K\]"),
+        (dict(rewards=torch.ones(2, 1)), r"rewards has 2 rows but group_ids has 3"),
+        (dict(prompt_keys=["a", "b"]), r"prompt_keys has 2 entries but group_ids has 3"),
+        (dict(prompt_keys=["a", 3, "c"]), r"prompt_keys\[1\] must be str"),
+        (
+            dict(fingerprints=torch.tensor([[1.0, math.nan], [0.0, 0.0], [1.0, 1.0]])),
+            r"fingerprints has a non-finite value nan at index \[0, 1\]",
+        ),
+    ],
+)
+def test_bad_input_names_field_and_first_bad_index(over, message):
+    with pytest.raises(ValueError, match=message):
+        make(**over)
+
+
+def test_empty_batch_is_refused():
+    with pytest.raises(ValueError, match="empty batch"):
+        RolloutBatch(
+            group_ids=torch.tensor([], dtype=torch.long),
+            correct=torch.tensor([], dtype=torch.bool),
+            lengths=torch.tensor([], dtype=torch.long),
+        )
+
+
+def test_whole_nan_fingerprint_row_means_absent_and_is_legal():
+    fp = torch.tensor([[math.nan, math.nan], [0.5, 1.0], [1.0, 1.0]])
+    b = make(fingerprints=fp)
+    assert torch.isnan(b.fingerprints[0]).all()
+
+
+def test_numpy_inputs_are_accepted_without_changing_values():
+    b = RolloutBatch(group_ids=np.array([3, 3]), correct=np.array([True, False]), lengths=np.array([1, 2]))
+    assert b.group_ids.tolist() == [3, 3] and b.lengths.tolist() == [1, 2]
+
+
+def test_from_uids_numbers_groups_by_first_appearance():
+    b = RolloutBatch.from_uids(
+        ["u9", "u1", "u9", "u5"], correct=torch.tensor([1, 0, 0, 1]), lengths=torch.tensor([1, 2, 3, 4])
+    )
+    assert b.group_ids.tolist() == [0, 1, 0, 2]
+    assert b.prompt_keys is None
