@@ -64,9 +64,7 @@ def test_grpo_normalisation_hand_worked():
     sd = math.sqrt(1 / 3)
     expected = [(1 / 3) / (sd + 1e-6), (1 / 3) / (sd + 1e-6), (-2 / 3) / (sd + 1e-6), 0.0, 0.0, 0.0]
     assert torch.allclose(group_normalize(r, g), torch.tensor(expected, dtype=F), atol=1e-12)
-    assert torch.allclose(
-        group_normalize(r, g, std="none"), torch.tensor([1 / 3, 1 / 3, -2 / 3, 0, 0, 0], dtype=F)
-    )
+    assert torch.allclose(group_normalize(r, g, std="none"), torch.tensor([1 / 3, 1 / 3, -2 / 3, 0, 0, 0], dtype=F))
 
 
 def test_constant_group_is_exactly_zero_even_when_the_mean_rounds():
@@ -139,9 +137,7 @@ def test_masked_min_median_mean_equal_loop(data, mask_bits):
         med = sel[n // 2] if n % 2 else 0.5 * (sel[n // 2 - 1] + sel[n // 2])
         assert math.isclose(group_median(t_vals, g, t_mask)[pos].item(), med, abs_tol=1e-12)
         assert group_min(t_vals, g, t_mask)[pos].item() == sel[0]
-        assert math.isclose(
-            group_mean(t_vals, g, t_mask)[pos].item(), sum(sel) / n, rel_tol=1e-9, abs_tol=1e-9
-        )
+        assert math.isclose(group_mean(t_vals, g, t_mask)[pos].item(), sum(sel) / n, rel_tol=1e-9, abs_tol=1e-9)
 
 
 @given(ids_and_values, st.lists(st.floats(-1e3, 1e3, allow_nan=False), min_size=7, max_size=7))

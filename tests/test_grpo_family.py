@@ -46,12 +46,8 @@ def test_grpo_length_classic_and_conditioned():
         [(2 / 3) / (sd + EPS), (-1 / 3) / (sd + EPS), (-1 / 3) / (sd + EPS)], rel=1e-6
     )
     # conditioned: r_len = [1, 0, 0]; weights (0.5, 0.5): r = [1, 0.5, 0]: mean 0.5, unbiased std 0.5
-    out = get_shaper("grpo_length", threshold=200, mode="conditioned", weights=(0.5, 0.5))(
-        b(ids, correct, lengths)
-    )
-    assert out.advantages.double().tolist() == pytest.approx(
-        [0.5 / (0.5 + EPS), 0.0, -0.5 / (0.5 + EPS)], rel=1e-6
-    )
+    out = get_shaper("grpo_length", threshold=200, mode="conditioned", weights=(0.5, 0.5))(b(ids, correct, lengths))
+    assert out.advantages.double().tolist() == pytest.approx([0.5 / (0.5 + EPS), 0.0, -0.5 / (0.5 + EPS)], rel=1e-6)
 
 
 def test_gdpo_normalises_each_column_then_whitens():

@@ -31,9 +31,7 @@ def batch(**over):
 
 def targets(mode, l_min=12, b_max=40):
     b = batch()
-    return target_lengths(
-        b.lengths, b.correct, Groups.from_ids(b.group_ids), mode=mode, l_min=l_min, b_max=b_max
-    )
+    return target_lengths(b.lengths, b.correct, Groups.from_ids(b.group_ids), mode=mode, l_min=l_min, b_max=b_max)
 
 
 # ----------------------------------------------------------------------------------- 1. target length
@@ -58,9 +56,7 @@ def test_target_median_of_even_count_is_mean_of_middle_pair():
         correct=torch.ones(4, dtype=torch.bool),
         lengths=torch.tensor([30, 10, 20, 40]),
     )
-    got = target_lengths(
-        b.lengths, b.correct, Groups.from_ids(b.group_ids), mode="median_correct", l_min=1, b_max=100
-    )
+    got = target_lengths(b.lengths, b.correct, Groups.from_ids(b.group_ids), mode="median_correct", l_min=1, b_max=100)
     assert got.tolist() == [25.0]
 
 
@@ -320,9 +316,7 @@ def test_extra_channel_with_declared_range():
     assert sum(lam) == pytest.approx(1.0)
     assert out.rewards.shape == (7, 3)
     # ema starts at 1/3 per channel: lambda_c = 0.95 / 3 + 0.05 * target_c
-    assert out.metrics["lead/lambda_c"] == pytest.approx(
-        0.95 / 3 + 0.05 * out.metrics["lead/target_lambda_c"]
-    )
+    assert out.metrics["lead/lambda_c"] == pytest.approx(0.95 / 3 + 0.05 * out.metrics["lead/target_lambda_c"])
 
 
 def test_three_channel_controller_shares_the_rest_by_ema():

@@ -66,9 +66,7 @@ def test_permutation_equivariance(batch, data):
 
 @given(batches(), st.integers(-50, 50))
 def test_relabelling_groups_changes_nothing(batch, offset):
-    relabelled = RolloutBatch(
-        group_ids=batch.group_ids * 3 + offset, correct=batch.correct, lengths=batch.lengths
-    )
+    relabelled = RolloutBatch(group_ids=batch.group_ids * 3 + offset, correct=batch.correct, lengths=batch.lengths)
     a = get_shaper("lead", l_min=50, b_max=3000)(batch).advantages
     b = get_shaper("lead", l_min=50, b_max=3000)(relabelled).advantages
     assert torch.equal(a, b)
@@ -78,9 +76,7 @@ def test_relabelling_groups_changes_nothing(batch, offset):
 def test_lead_unwhitened_advantage_has_zero_group_mean(batch):
     out = get_shaper("lead", l_min=50, b_max=3000, whiten="none")(batch)
     g = Groups.from_ids(batch.group_ids)
-    assert torch.allclose(
-        group_mean(out.advantages.double(), g), torch.zeros(g.num_groups, dtype=F), atol=1e-5
-    )
+    assert torch.allclose(group_mean(out.advantages.double(), g), torch.zeros(g.num_groups, dtype=F), atol=1e-5)
 
 
 @given(batches(with_rewards=1), st.sampled_from(["token", "sequence"]))
@@ -103,9 +99,7 @@ def test_constant_groups_get_zero_advantage_before_whitening(batch, length):
     assert (out.advantages[constant] == 0).all()
 
 
-@given(
-    st.lists(batches(max_groups=4), min_size=4, max_size=6), st.integers(1, 3), st.sampled_from([None, 0.7])
-)
+@given(st.lists(batches(max_groups=4), min_size=4, max_size=6), st.integers(1, 3), st.sampled_from([None, 0.7]))
 def test_restored_lead_continues_the_same_trajectory(stream, cut, static):
     params = dict(l_min=50, b_max=3000, static_lambda_c=static)
     straight = get_shaper("lead", **params)

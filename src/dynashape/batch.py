@@ -139,9 +139,7 @@ class RolloutBatch:
         if self.fingerprints is not None:
             fingerprints = _as_tensor("fingerprints", self.fingerprints)
             if fingerprints.dim() != 2 or fingerprints.shape[1] == 0:
-                raise ValueError(
-                    f"fingerprints must be 2-D [N, D] with D >= 1, got shape {tuple(fingerprints.shape)}"
-                )
+                raise ValueError(f"fingerprints must be 2-D [N, D] with D >= 1, got shape {tuple(fingerprints.shape)}")
             check_rows("fingerprints", fingerprints)
             if not fingerprints.is_floating_point():
                 raise ValueError(f"fingerprints must have a floating dtype, got {fingerprints.dtype}")

@@ -127,8 +127,7 @@ class PSIController:
         """Advance the state by one batch and return the weights to use. mu, sigma: Tensor [K]."""
         if mu.shape != (self.num_channels,) or sigma.shape != (self.num_channels,):
             raise ValueError(
-                f"mu and sigma must have shape ({self.num_channels},), got {tuple(mu.shape)} and "
-                f"{tuple(sigma.shape)}"
+                f"mu and sigma must have shape ({self.num_channels},), got {tuple(mu.shape)} and {tuple(sigma.shape)}"
             )
         targets = psi_target_weights(
             mu.detach().cpu(),
@@ -164,9 +163,7 @@ class PSIController:
             ema = torch.tensor([float(x) for x in state["ema"]], dtype=_F64)
             n_updates = int(state["n_updates"])
         except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(
-                f"controller state must hold 'ema' (list of floats) and 'n_updates' (int): {err}"
-            ) from err
+            raise ValueError(f"controller state must hold 'ema' (list of floats) and 'n_updates' (int): {err}") from err
         if ema.shape != (self.num_channels,):
             raise ValueError(f"controller state ema has {ema.numel()} channels, expected {self.num_channels}")
         if not bool(torch.isfinite(ema).all()) or n_updates < 0:

@@ -126,11 +126,7 @@ def group_median(values: torch.Tensor, groups: Groups, mask: torch.Tensor | None
     One sort for the whole batch: order by value (unselected rollouts pushed to +inf), then stably by group,
     so each group's selected values sit sorted at the start of its segment.
     """
-    key = (
-        values
-        if mask is None
-        else torch.where(mask, values, torch.full((), float("inf"), dtype=values.dtype))
-    )
+    key = values if mask is None else torch.where(mask, values, torch.full((), float("inf"), dtype=values.dtype))
     by_value = torch.argsort(key, stable=True)
     by_group = torch.argsort(groups.index[by_value], stable=True)
     ordered = key[by_value][by_group]

@@ -43,9 +43,7 @@ class Shaper(ABC):
         if config is None:
             config = self.config_cls()
         if not isinstance(config, self.config_cls):
-            raise TypeError(
-                f"{type(self).__name__} needs a {self.config_cls.__name__}, got {type(config).__name__}"
-            )
+            raise TypeError(f"{type(self).__name__} needs a {self.config_cls.__name__}, got {type(config).__name__}")
         self.config = config
         self.reset()
 

@@ -39,9 +39,7 @@ def _svar(xs: Sequence[float]) -> float:
     return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
 
 
-def grpo_loop(
-    rewards: Sequence[float], ids: Sequence[int], eps: float = 1e-6, std: str = "unbiased"
-) -> list[float]:
+def grpo_loop(rewards: Sequence[float], ids: Sequence[int], eps: float = 1e-6, std: str = "unbiased") -> list[float]:
     """(r - mean) / (unbiased std + eps) per group; 0 for a group of one or a constant group."""
     adv = [0.0] * len(rewards)
     for members in _groups(ids).values():
@@ -55,9 +53,7 @@ def grpo_loop(
     return adv
 
 
-def whiten_loop(
-    values: Sequence[float], weights: Sequence[float] | None = None, eps: float = 1e-8
-) -> list[float]:
+def whiten_loop(values: Sequence[float], weights: Sequence[float] | None = None, eps: float = 1e-8) -> list[float]:
     """(A - mu) / sqrt(var + eps): weights = token counts (token whitening) or None (sequence)."""
     if weights is None or sum(weights) <= 1:
         weights = [1.0] * len(values)
