@@ -1,8 +1,8 @@
 """Group statistics over arbitrary group ids, vectorised (no Python loop over groups or rollouts).
 
-Layer 1 of the design: tensors in, tensors out. A `Groups` value is computed once per batch (one torch.unique)
-and reused by every statistic. All reductions are scatter/index_add operations, so unequal group sizes and
-non-contiguous ids cost nothing extra.
+Layer 1 of the design: tensors in, tensors out. A `Groups` value is computed once per batch and reused by every
+statistic. All reductions are index_add / scatter operations, so unequal group sizes and non-contiguous ids
+cost nothing extra. Values may be [N] or [N, K] (K reward channels at once); masks are [N] or the values' shape.
 
 Conventions (lead.md section 3-4, baselines.md):
 - "unbiased" std divides by n - 1 (Bessel), "population" by n. A group of one has std 0 either way.
@@ -33,54 +33,80 @@ __all__ = [
 
 StdKind = Literal["unbiased", "none"]
 
+# Dense numbering by bincount is O(N + id span) and several times faster than a sort (torch.unique); use it
+# whenever the ids are compact enough, which engine uids and prompt indices always are.
+_MAX_SPAN_PER_ROLLOUT = 8
+
 
 @dataclass(frozen=True)
 class Groups:
     """Dense numbering of a batch's groups.
 
     Attributes:
-        index: LongTensor [N], the dense group (0..G-1) of each rollout, in order of sorted group id.
+        index: LongTensor [N], the dense group (0..G-1) of each rollout, groups in order of sorted id.
         counts: LongTensor [G], rollouts per group.
+        first: LongTensor [G], the position of each group's first rollout (a member to centre on).
     """
 
     index: torch.Tensor
     counts: torch.Tensor
+    first: torch.Tensor
 
     @classmethod
     def from_ids(cls, group_ids: torch.Tensor) -> Groups:
-        """Number groups densely. group_ids: integer Tensor [N] (any values)."""
-        _, index, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
-        return cls(index=index, counts=counts)
+        """Number groups densely. group_ids: integer Tensor [N], any values."""
+        n = group_ids.shape[0]
+        lo, hi = (int(v) for v in torch.aminmax(group_ids))
+        if hi - lo < _MAX_SPAN_PER_ROLLOUT * n + 1024:
+            shifted = group_ids - lo
+            per_id = torch.bincount(shifted, minlength=hi - lo + 1)
+            present = per_id > 0
+            index = (torch.cumsum(present, 0) - 1)[shifted]
+            counts = per_id[present]
+        else:
+            _, index, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+        positions = torch.arange(n, device=group_ids.device)
+        first = torch.full_like(counts, n).scatter_reduce(0, index, positions, reduce="amin")
+        return cls(index=index, counts=counts, first=first)
 
     @property
     def num_groups(self) -> int:
         return int(self.counts.shape[0])
 
     def gather(self, per_group: torch.Tensor) -> torch.Tensor:
-        """Broadcast a per-group value [G] back to rollouts [N]."""
+        """Broadcast a per-group value [G] or [G, K] back to rollouts [N] or [N, K]."""
         return per_group[self.index]
 
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        """Per-group sum of values [N] or [N, K]. Returns [G] or [G, K]."""
+        out = torch.zeros((self.num_groups, *values.shape[1:]), dtype=values.dtype, device=values.device)
+        return out.index_add_(0, self.index, values)
 
-def _sum(values: torch.Tensor, groups: Groups) -> torch.Tensor:
-    out = torch.zeros(groups.num_groups, dtype=values.dtype, device=values.device)
-    return out.index_add_(0, groups.index, values)
+
+def _fit(mask: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """A [N] mask broadcast against [N, K] values."""
+    return mask.unsqueeze(-1) if mask.dim() < values.dim() else mask
 
 
 def _masked(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    return values if mask is None else torch.where(mask, values, torch.zeros((), dtype=values.dtype))
+    return values if mask is None else torch.where(_fit(mask, values), values, torch.zeros((), dtype=values.dtype))
 
 
 def group_count(groups: Groups, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Number of (selected) rollouts per group. mask: BoolTensor [N] or None. Returns LongTensor [G]."""
+    """Number of (selected) rollouts per group. mask: BoolTensor [N] / [N, K] or None. Returns [G] / [G, K]."""
     if mask is None:
         return groups.counts
-    return _sum(mask.long(), groups)
+    return groups.sum(mask.long())
+
+
+def _count_like(groups: Groups, values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    count = group_count(groups, mask).to(values.dtype)
+    return count.unsqueeze(-1) if count.dim() < values.dim() else count
 
 
 def group_mean(values: torch.Tensor, groups: Groups, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Mean of `values` [N] per group over the selected rollouts; 0 for a group with none. Returns [G]."""
-    count = group_count(groups, mask).to(values.dtype)
-    return _sum(_masked(values, mask), groups) / count.clamp_min(1)
+    """Mean of `values` per group over the selected rollouts; 0 for a group with none. Returns [G] / [G, K]."""
+    return groups.sum(_masked(values, mask)) / _count_like(groups, values, mask).clamp_min(1)
 
 
 def group_var(
@@ -90,38 +116,40 @@ def group_var(
     *,
     unbiased: bool,
 ) -> torch.Tensor:
-    """Variance per group ([G]); Bessel-corrected if `unbiased`. Groups of 0 or 1 selected rollouts give 0.
+    """Variance per group ([G] / [G, K]); Bessel-corrected if `unbiased`. Groups of 0 or 1 selected give 0.
 
-    Two-pass (deviations from the group mean) rather than E[x^2] - E[x]^2, so a constant group gives exactly 0
-    and large offsets (lengths in the thousands) lose no precision.
+    Two-pass (deviations from the group mean) rather than E[x^2] - E[x]^2, so large offsets (lengths in the
+    thousands) lose no precision.
     """
-    count = group_count(groups, mask).to(values.dtype)
+    count = _count_like(groups, values, mask)
     dev = values - groups.gather(group_mean(values, groups, mask))
-    sq = _sum(_masked(dev * dev, mask), groups)
+    sq = groups.sum(_masked(dev * dev, mask))
     denom = (count - 1) if unbiased else count
     return torch.where(count > 1, sq / denom.clamp_min(1), torch.zeros((), dtype=values.dtype))
 
 
 def _extreme(values: torch.Tensor, groups: Groups, mask: torch.Tensor | None, reduce: str) -> torch.Tensor:
-    fill = float("inf") if reduce == "amin" else float("-inf")
-    src = values if mask is None else torch.where(mask, values, torch.full((), fill, dtype=values.dtype))
-    out = torch.full((groups.num_groups,), fill, dtype=values.dtype, device=values.device)
-    out = out.scatter_reduce(0, groups.index, src, reduce=reduce, include_self=True)
-    return torch.where(group_count(groups, mask) > 0, out, torch.zeros((), dtype=values.dtype))
+    fill = torch.full((), float("inf") if reduce == "amin" else float("-inf"), dtype=values.dtype)
+    src = values if mask is None else torch.where(_fit(mask, values), values, fill)
+    index = groups.index if values.dim() == 1 else groups.index.unsqueeze(-1).expand_as(values)
+    out = fill.expand((groups.num_groups, *values.shape[1:])).clone()
+    out = out.scatter_reduce(0, index, src, reduce=reduce, include_self=True)
+    return torch.where(_count_like(groups, values, mask) > 0, out, torch.zeros((), dtype=values.dtype))
 
 
 def group_min(values: torch.Tensor, groups: Groups, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Minimum per group over the selected rollouts; 0 for a group with none. Returns [G]."""
+    """Minimum per group over the selected rollouts; 0 for a group with none. Returns [G] / [G, K]."""
     return _extreme(values, groups, mask, "amin")
 
 
 def group_max(values: torch.Tensor, groups: Groups, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Maximum per group over the selected rollouts; 0 for a group with none. Returns [G]."""
+    """Maximum per group over the selected rollouts; 0 for a group with none. Returns [G] / [G, K]."""
     return _extreme(values, groups, mask, "amax")
 
 
 def group_median(values: torch.Tensor, groups: Groups, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Median per group (mean of the two middle values when the count is even); 0 for an empty group. [G].
+    """Median per group of values [N] (mean of the two middle values when the count is even); 0 for an empty
+    group. Returns [G].
 
     One sort for the whole batch: order by value (unselected rollouts pushed to +inf), then stably by group,
     so each group's selected values sit sorted at the start of its segment.
@@ -133,8 +161,7 @@ def group_median(values: torch.Tensor, groups: Groups, mask: torch.Tensor | None
     starts = torch.cumsum(groups.counts, 0) - groups.counts
     count = group_count(groups, mask)
     lo = starts + (count - 1).clamp_min(0) // 2
-    hi = starts + count // 2
-    hi = torch.where(count > 0, hi, starts)
+    hi = torch.where(count > 0, starts + count // 2, starts)
     median = 0.5 * (ordered[lo] + ordered[hi])
     return torch.where(count > 0, median, torch.zeros((), dtype=values.dtype))
 
@@ -146,19 +173,20 @@ def group_normalize(
     std: StdKind = "unbiased",
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """GRPO normalisation: (r - mean_q r) / (std_q r + eps), per rollout. values: [N] float. Returns [N].
+    """GRPO normalisation: (r - mean_q r) / (std_q r + eps), per rollout. values: [N] or [N, K] float.
 
     `std="unbiased"` uses Bessel's correction (torch.std, as verl's GRPO); `std="none"` only centres (Dr. GRPO).
     eps sits outside the square root, added to the std, as in verl. A constant group or a group of one gives
-    exactly 0 (we zero the deviations of groups whose min equals their max rather than trust rounding).
+    exactly 0: we first subtract one member of the group (its first rollout), which makes every deviation of
+    a constant group exactly 0, whatever rounding the mean would have had.
     """
-    centred = values - groups.gather(group_mean(values, groups))
-    constant = group_max(values, groups) == group_min(values, groups)
-    centred = torch.where(groups.gather(constant), torch.zeros((), dtype=values.dtype), centred)
+    dev = values - values[groups.first][groups.index]
+    count = _count_like(groups, values, None)
+    centred = dev - groups.gather(groups.sum(dev) / count)
     if std == "none":
         return centred
-    sd = group_var(values, groups, unbiased=True).sqrt()
-    return centred / (groups.gather(sd) + eps)
+    var = groups.sum(centred * centred) / (count - 1).clamp_min(1)
+    return centred / (groups.gather(var.sqrt()) + eps)
 
 
 def whiten(values: torch.Tensor, weights: torch.Tensor | None = None, *, eps: float = 1e-8) -> torch.Tensor:
@@ -171,12 +199,11 @@ def whiten(values: torch.Tensor, weights: torch.Tensor | None = None, *, eps: fl
     With fewer than two response tokens in the whole batch (verl raises there) the rollouts are weighted
     equally instead; a batch of one rollout whitens to 0.
     """
-    w = torch.ones_like(values) if weights is None else weights.to(values.dtype)
-    total = w.sum()
+    w = values.new_ones(()) if weights is None else weights.to(values.dtype)
+    total = w.sum() if weights is not None else torch.tensor(float(values.shape[0]), dtype=values.dtype)
     if weights is not None and not bool(total > 1):
-        w = torch.ones_like(values)
-        total = w.sum()
-    mu = (w * values).sum() / total.clamp_min(torch.finfo(values.dtype).tiny)
+        w, total = values.new_ones(()), torch.tensor(float(values.shape[0]), dtype=values.dtype)
+    mu = (w * values).sum() / total
     dev = values - mu
     var = (w * dev * dev).sum() / (total - 1) if bool(total > 1) else torch.zeros((), dtype=values.dtype)
     return dev / torch.sqrt(var + eps)
@@ -193,16 +220,14 @@ def total_variance_stats(
 
     mu = mean_q m_q, sigma = sqrt(mean_q v_q + Var_q(m_q) + eps), with m_q, v_q the mean and population
     variance of the selected rollouts of group q and Var_q population too (lead.md section 4). Only groups with
-    at least one selected rollout count. No such group: mu = sigma = 0 (LEAD's efficiency channel when nothing
-    is correct). Returns two 0-d tensors.
+    at least one selected rollout count; with none, mu = sigma = 0 (LEAD's efficiency channel when nothing is
+    correct). values: [N] or [N, K] (mask [N] or [N, K]). Returns mu, sigma: 0-d or [K].
     """
-    count = group_count(groups, mask)
-    present = count > 0
-    if not bool(present.any()):
-        zero = torch.zeros((), dtype=values.dtype, device=values.device)
-        return zero, zero.clone()
-    m = group_mean(values, groups, mask)[present]
-    v = group_var(values, groups, mask, unbiased=False)[present]
-    mu = m.mean()
-    sigma = torch.sqrt(v.mean() + ((m - mu) ** 2).mean() + eps)
-    return mu, sigma
+    present = (_count_like(groups, values, mask) > 0).to(values.dtype)
+    n_present = present.sum(0)
+    m = group_mean(values, groups, mask)
+    v = group_var(values, groups, mask, unbiased=False)
+    mu = (m * present).sum(0) / n_present.clamp_min(1)
+    var_m = (((m - mu) ** 2) * present).sum(0) / n_present.clamp_min(1)
+    sigma = torch.sqrt((v * present).sum(0) / n_present.clamp_min(1) + var_m + eps)
+    return mu, torch.where(n_present > 0, sigma, torch.zeros((), dtype=values.dtype))

@@ -95,6 +95,7 @@ class LeadOutput:
     step: ControllerStep
     mu: torch.Tensor  # [K]
     sigma: torch.Tensor  # [K]
+    groups: Groups
 
 
 def lead_advantages(
@@ -135,16 +136,15 @@ def lead_advantages(
         )
     channels = torch.stack(columns, dim=1)
     # Decoupled normalisation (GDPO): each channel in its own group, Bessel std, eps 1e-6, over ALL rollouts.
-    channel_adv = torch.stack([group_normalize(col, groups, eps=1e-6) for col in columns], dim=1)
+    channel_adv = group_normalize(channels, groups, eps=1e-6)
     # Controller statistics on raw rewards: efficiency over the correct rollouts of solved prompts only.
-    stats = [total_variance_stats(columns[0], groups), total_variance_stats(r_l, groups, correct)]
-    stats += [total_variance_stats(col, groups) for col in columns[2:]]
-    mu = torch.stack([m for m, _ in stats])
-    sigma = torch.stack([s for _, s in stats])
+    selected = torch.ones_like(channels, dtype=torch.bool)
+    selected[:, 1] = correct
+    mu, sigma = total_variance_stats(channels, groups, selected)
     step = controller.update(mu, sigma)
     combined = channel_adv @ step.weights.to(channel_adv.device)
     advantages = batch_whiten(combined, batch.lengths, config.whiten)  # type: ignore[arg-type]
-    return LeadOutput(advantages, channels, channel_adv, targets, step, mu, sigma)
+    return LeadOutput(advantages, channels, channel_adv, targets, step, mu, sigma, groups)
 
 
 def lead_metrics(out: LeadOutput, batch: RolloutBatch, prefix: str = "lead") -> dict[str, float]:
@@ -153,7 +153,7 @@ def lead_metrics(out: LeadOutput, batch: RolloutBatch, prefix: str = "lead") -> 
     w = out.step.weights
     correct = batch.correct
     r_l = out.channels[:, 1]
-    groups = Groups.from_ids(batch.group_ids)
+    groups = out.groups
     n_correct = group_count(groups, correct)
     # Mean r_l over correct rollouts; 0 when none is correct (as the official metric).
     eff_correct = (r_l * correct).sum() / correct.sum().clamp_min(1)
