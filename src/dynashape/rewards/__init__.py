@@ -4,6 +4,7 @@ Importing this package never imports math-verify or sympy: they load inside the 
 """
 
 from dynashape.rewards.answers import extract_answer, fast_equivalent, normalize_answer
+from dynashape.rewards.length import overlong_penalty
 from dynashape.rewards.scoring import compute_score, correctness_reward
 from dynashape.rewards.verifier import (
     MathVerifier,
@@ -25,5 +26,6 @@ __all__ = [
     "extract_answer",
     "fast_equivalent",
     "normalize_answer",
+    "overlong_penalty",
     "verify_answer",
 ]
