@@ -31,7 +31,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
 
-from dynashape.meds.fingerprint import FingerprintCapture
+from dynashape.meds.capture import FingerprintCapture
 from dynashape.meds.positions import answer_positions, answer_targets, padded_token_index
 
 # ------------------------------------------------------------------------------------------------------------

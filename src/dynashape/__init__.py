@@ -5,21 +5,40 @@
     out = shaper(RolloutBatch(group_ids=..., correct=..., lengths=...))
     out.advantages  # float32 [N]
 
-`import dynashape` imports torch and numpy only: engines, plotting and clustering load lazily.
+Names load on first use (PEP 562), so `import dynashape` is instant and a helper process that needs one
+submodule (a clustering or verifier worker) never pays for torch. Engines, plotting and clustering load lazily.
 """
 
-from dynashape.batch import RolloutBatch
-from dynashape.shapers import Shaped, Shaper, available_shapers, config_class, get_shaper, register_shaper
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dynashape.batch import RolloutBatch
+    from dynashape.shapers import Shaped, Shaper, available_shapers, config_class, get_shaper, register_shaper
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "RolloutBatch",
-    "Shaped",
-    "Shaper",
-    "__version__",
-    "available_shapers",
-    "config_class",
-    "get_shaper",
-    "register_shaper",
-]
+_EXPORTS = {
+    "RolloutBatch": "dynashape.batch",
+    "Shaped": "dynashape.shapers",
+    "Shaper": "dynashape.shapers",
+    "available_shapers": "dynashape.shapers",
+    "config_class": "dynashape.shapers",
+    "get_shaper": "dynashape.shapers",
+    "register_shaper": "dynashape.shapers",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dynashape' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -4,7 +4,7 @@
    and :func:`answer_targets` reads y*, the token sampled at p + 1.
 2. :func:`padded_token_index` / :func:`packed_token_index` turn response-relative positions into indices of
    the forward's input (left/right-padded ``[B, S]`` batches, or verl's packed ``[1, total]`` row), ready for
-   :class:`dynashape.meds.fingerprint.FingerprintCapture`.
+   :class:`dynashape.meds.capture.FingerprintCapture`.
 
 Everything is vectorised over rollouts: the token strings are looked at once per tokenizer (a table of flags
 over the vocabulary), after which a batch is a handful of tensor ops.

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from dynashape.meds.fingerprint import FingerprintCapture, fingerprint
+from dynashape.meds.capture import FingerprintCapture, fingerprint
 from dynashape.meds.model_parts import ModelParts, find_model_parts
 from dynashape.meds.positions import (
     answer_positions,
