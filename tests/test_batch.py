@@ -72,9 +72,10 @@ def test_numpy_inputs_are_accepted_without_changing_values():
     assert b.group_ids.tolist() == [3, 3] and b.lengths.tolist() == [1, 2]
 
 
-def test_from_uids_numbers_groups_by_first_appearance():
+def test_from_uids_numbers_groups_by_sorted_uid():
     b = RolloutBatch.from_uids(
         ["u9", "u1", "u9", "u5"], correct=torch.tensor([1, 0, 0, 1]), lengths=torch.tensor([1, 2, 3, 4])
     )
-    assert b.group_ids.tolist() == [0, 1, 0, 2]
+    # sorted uids: u1 -> 0, u5 -> 1, u9 -> 2
+    assert b.group_ids.tolist() == [2, 0, 2, 1]
     assert b.prompt_keys is None

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["RolloutBatch"]
+__all__ = ["RolloutBatch", "group_ids_from_uids"]
 
 
 def _as_tensor(field: str, value: Any) -> torch.Tensor:
@@ -162,16 +162,26 @@ class RolloutBatch:
         return self.group_ids.device
 
     @classmethod
-    def from_uids(cls, uids: Sequence[str], **fields: Any) -> RolloutBatch:
-        """Build a batch from verl-style per-rollout uid strings (groups numbered by first appearance).
+    def from_uids(cls, uids: Sequence[Any] | np.ndarray, **fields: Any) -> RolloutBatch:
+        """Build a batch from verl-style per-rollout uid strings (see `group_ids_from_uids`).
 
         verl's uid is a fresh uuid per prompt per step, so it is not used as `prompt_keys`: pass stable keys
         (e.g. a hash of the prompt text) for anything that must persist across steps (MEDS memory).
         """
-        if isinstance(uids, (str, bytes)):
-            raise ValueError("uids must be a sequence of N str, got a single string")
-        numbering: dict[Any, int] = {}
-        ids = [numbering.setdefault(u, len(numbering)) for u in uids]
-        device = fields.get("lengths").device if isinstance(fields.get("lengths"), torch.Tensor) else None
-        group_ids = torch.tensor(ids, dtype=torch.long, device=device)
-        return cls(group_ids=group_ids, **fields)
+        lengths = fields.get("lengths")
+        device = lengths.device if isinstance(lengths, torch.Tensor) else None
+        return cls(group_ids=group_ids_from_uids(uids, device), **fields)
+
+
+def group_ids_from_uids(uids: Sequence[Any] | np.ndarray, device: torch.device | None = None) -> torch.Tensor:
+    """Per-rollout uids (str or int, verl's `index`) -> LongTensor [N] of group ids, numbered by sorted uid.
+
+    Any numbering works (shapers only compare ids); np.unique keeps it vectorised over rollouts.
+    """
+    if isinstance(uids, (str, bytes)):
+        raise ValueError("uids must be a sequence of N uids, got a single string")
+    arr = np.asarray(uids)
+    if arr.ndim != 1:
+        raise ValueError(f"uids must be 1-D [N], got shape {arr.shape}")
+    _, inverse = np.unique(arr.astype(str) if arr.dtype == object else arr, return_inverse=True)
+    return torch.from_numpy(inverse.reshape(-1).astype(np.int64)).to(device)

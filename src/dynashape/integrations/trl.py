@@ -1,0 +1,287 @@
+"""dynashape inside TRL: ``ShapedGRPOTrainer``, a ``GRPOTrainer`` whose advantages come from our shapers.
+
+    from dynashape import get_shaper
+    from dynashape.integrations.trl import ShapedGRPOTrainer
+    from dynashape.rewards.scoring import correctness_reward
+
+    trainer = ShapedGRPOTrainer(
+        shaper=get_shaper("lead", b_max=4000, whiten="sequence"),
+        model=model, reward_funcs=[correctness_reward], args=GRPOConfig(...), train_dataset=dataset,
+    )
+
+TRL 1.16 computes advantages inline in ``_generate_and_score_completions`` (no hook; TRL issue 4525 advises
+subclassing). After the base method has gathered the rewards of every process, we:
+
+1. read the verdict from one reward function (``correctness_reward``, default the first; correct = value >
+   ``correct_threshold``, None/NaN = wrong) and gather the completion lengths from every process;
+2. build one global RolloutBatch (group = ``global_index // num_generations``, TRL's layout), optionally with
+   other reward functions as extra ``rewards`` channels, stable prompt keys and MEDS fingerprints;
+3. call the shaper once per generation batch (its state advances once, identically on every process) and
+   hand each process its slice ``[rank * n_local, (rank + 1) * n_local)``;
+4. log the shaper's metrics under their own names (``lead/lambda_c``, ...), replace TRL's advantage column in
+   the completions log with ours, and save/restore the shaper state with every TRL checkpoint.
+
+MEDS fingerprints are read with forward hooks during the old-log-prob forward TRL already runs (when it runs
+one: ``gradient_accumulation_steps`` not a multiple of ``steps_per_generation * num_iterations``, or vLLM
+importance sampling); otherwise one extra no-grad forward of the policy computes them. Text models only.
+
+Methods of TRL 1.16 we override or call (``tests/integrations/test_trl_engine.py`` checks them):
+    _generate_and_score_completions(self, inputs) -> dict with prompt_ids, prompt_mask, completion_ids,
+        completion_mask, advantages [n_local], num_items_in_batch, ...
+    _calculate_rewards(self, inputs, prompts, completions, completion_ids_list) -> gathered [N, n_funcs]
+    _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+        compute_entropy=False, ...) -> (logps, entropies, aux_loss)
+    _load_optimizer_and_scheduler(self, checkpoint)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+try:
+    import trl
+    from transformers import TrainerCallback
+    from trl import GRPOTrainer
+except ImportError as err:  # pragma: no cover - exercised only without the extra
+    raise ImportError("dynashape.integrations.trl needs TRL: pip install 'dynashape[trl]'") from err
+
+from dynashape.batch import RolloutBatch
+from dynashape.integrations._prompts import prompt_key_of
+from dynashape.integrations.verl_estimators import save_state_atomic
+from dynashape.meds.capture import FingerprintCapture
+from dynashape.meds.positions import answer_positions, answer_targets
+from dynashape.shapers import Shaped, Shaper
+
+__all__ = ["STATE_FILE", "SUPPORTED_TRL", "ShapedGRPOTrainer", "ShaperStateCallback"]
+
+logger = logging.getLogger(__name__)
+
+#: TRL versions this adapter was checked against (the overridden private methods change between releases).
+SUPPORTED_TRL = ("1.16.0", "1.17.0")  # [lower, upper)
+STATE_FILE = "dynashape_shaper.pt"
+_MEDS = frozenset({"meds", "lead_meds"})
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def check_trl_version(version: str) -> None:
+    """Raise when `version` is outside SUPPORTED_TRL (set DYNASHAPE_TRL_UNCHECKED=1 to try anyway)."""
+    low, high = (_version_tuple(v) for v in SUPPORTED_TRL)
+    if not low <= _version_tuple(version) < high and os.environ.get("DYNASHAPE_TRL_UNCHECKED") != "1":
+        raise ImportError(
+            f"dynashape.integrations.trl supports trl>={SUPPORTED_TRL[0]},<{SUPPORTED_TRL[1]}, found {version}; "
+            "install a supported TRL or set DYNASHAPE_TRL_UNCHECKED=1 to try at your own risk"
+        )
+
+
+class ShaperStateCallback(TrainerCallback):
+    """Writes the shaper state into each TRL checkpoint folder (``checkpoint-N/dynashape_shaper.pt``)."""
+
+    def __init__(self, shaper: Shaper) -> None:
+        self.shaper = shaper
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
+        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        save_state_atomic(self.shaper.state_dict(), os.path.join(folder, STATE_FILE))
+
+
+class ShapedGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer with advantages from a dynashape shaper, computed once over the gathered batch.
+
+    Args:
+        shaper: The shaper (``get_shaper("lead", ...)``). Use ``whiten="sequence"`` for TRL's convention.
+        correctness_reward: Index or name of the reward function whose value is the verifier's verdict.
+        correct_threshold: Correct when that reward exceeds this.
+        reward_channels: Indices or names of reward functions passed as the batch's extra ``rewards`` channels
+            (for shapers that take them: gdpo, lead with ``reward_ranges``); default none.
+        fingerprints: Compute MEDS fingerprints and prompt keys; default: when the shaper is meds/lead_meds.
+        fingerprint_layers, fingerprint_diff, fingerprint_norm: The fingerprint's settings (meds.md section 1).
+        *args, **kwargs: Everything ``GRPOTrainer`` takes.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        shaper: Shaper,
+        correctness_reward: int | str = 0,
+        correct_threshold: float = 0.5,
+        reward_channels: Sequence[int | str] = (),
+        fingerprints: bool | None = None,
+        fingerprint_layers: int = 14,
+        fingerprint_diff: bool = False,
+        fingerprint_norm: str = "raw",
+        **kwargs: Any,
+    ) -> None:
+        check_trl_version(trl.__version__)
+        if not isinstance(shaper, Shaper):
+            raise TypeError(f"shaper: expected a dynashape Shaper (get_shaper(...)), got {type(shaper).__name__}")
+        super().__init__(*args, **kwargs)
+        self.shaper = shaper
+        self.correctness_index = self._reward_index("correctness_reward", correctness_reward)
+        self.correct_threshold = float(correct_threshold)
+        self.reward_channel_indices = [self._reward_index("reward_channels", c) for c in reward_channels]
+        self.fingerprints = shaper.name in _MEDS if fingerprints is None else bool(fingerprints)
+        self.fingerprint_options = {"layers": fingerprint_layers, "diff": fingerprint_diff, "norm": fingerprint_norm}
+        self.last_shaped: Shaped | None = None
+        self.add_callback(ShaperStateCallback(shaper))
+        self._ds_rewards: torch.Tensor | None = None
+        self._ds_local: dict[str, Any] = {}
+        self._ds_capture = False
+        self._ds_fingerprints: torch.Tensor | None = None
+
+    def _reward_index(self, arg: str, which: int | str) -> int:
+        names = list(self.reward_func_names)
+        if isinstance(which, str):
+            if which not in names:
+                raise ValueError(f"{arg}: no reward function named {which!r}; have {names}")
+            return names.index(which)
+        if isinstance(which, bool) or not 0 <= which < len(names):
+            raise ValueError(f"{arg}: index {which!r} is out of range for {len(names)} reward functions {names}")
+        return int(which)
+
+    # -- capture what the base method computes -----------------------------------------------------------
+
+    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._ds_rewards = rewards
+        self._ds_local = {"prompts": list(prompts), "lengths": [len(ids) for ids in completion_ids_list]}
+        return rewards
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        logits_to_keep: int,
+        batch_size: int | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        if not self._ds_capture or self._ds_fingerprints is not None or model is not self.model:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
+            )
+        # The old-log-prob forward of the policy: one capture per chunk of rows (TRL chunks by batch_size).
+        batch_size = batch_size or input_ids.size(0)
+        if any(v is not None for k, v in kwargs.items() if k not in ("compute_entropy", "compute_aux_loss")):
+            raise NotImplementedError("dynashape fingerprints in TRL support text-only models")
+        completion = input_ids[:, -logits_to_keep:]
+        completion_mask = attention_mask[:, -logits_to_keep:].bool()
+        positions = answer_positions(completion, self.processing_class, response_mask=completion_mask)
+        targets = answer_targets(completion.masked_fill(~completion_mask, -1), positions)
+        offset = input_ids.size(1) - logits_to_keep  # prompts are left-padded to one width
+        seq_positions = torch.where(positions >= 0, positions + offset, -1)
+        outputs, prints = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            rows = slice(start, start + batch_size)
+            unwrapped = self.accelerator.unwrap_model(model)
+            with FingerprintCapture(
+                unwrapped, seq_positions[rows], targets[rows], **self.fingerprint_options
+            ) as capture:
+                outputs.append(
+                    super()._get_per_token_logps_and_entropies(
+                        model, input_ids[rows], attention_mask[rows], logits_to_keep, None, **kwargs
+                    )
+                )
+            prints.append(capture.result())
+        self._ds_fingerprints = torch.cat(prints)
+        logps = torch.cat([o[0] for o in outputs])
+        entropies = None if outputs[0][1] is None else torch.cat([o[1] for o in outputs])
+        aux = None if outputs[0][2] is None else torch.stack([o[2] for o in outputs]).mean()
+        return logps, entropies, aux
+
+    # -- the override ---------------------------------------------------------------------------------------
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        mode = "train" if self.model.training else "eval"
+        self._ds_rewards, self._ds_fingerprints = None, None
+        self._ds_capture = self.fingerprints and mode == "train"
+        try:
+            output = super()._generate_and_score_completions(inputs)
+            if mode != "train":  # evaluation must not advance the shaper's state
+                return output
+            if self._ds_rewards is None:
+                raise RuntimeError("ShapedGRPOTrainer: TRL did not call _calculate_rewards; unsupported TRL version")
+            if self.fingerprints and self._ds_fingerprints is None:
+                self._fingerprint_forward(output)
+        finally:
+            self._ds_capture = False
+        shaped = self._shape(output)
+        n_local = output["completion_ids"].size(0)
+        start = self.accelerator.process_index * n_local
+        output["advantages"] = shaped.advantages[start : start + n_local].to(output["advantages"].device)
+        self._log_shaped(shaped, mode)
+        return output
+
+    def _fingerprint_forward(self, output: dict[str, Any]) -> None:
+        """One no-grad policy forward for the fingerprints when TRL ran no old-log-prob forward."""
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        with torch.no_grad():
+            self._get_per_token_logps_and_entropies(
+                self.model, ids, mask, output["completion_ids"].size(1), self.args.per_device_train_batch_size
+            )
+
+    def _shape(self, output: dict[str, Any]) -> Shaped:
+        from accelerate.utils import gather, gather_object
+
+        device = self.accelerator.device
+        rewards = self._ds_rewards
+        n = rewards.shape[0]
+        verdict = rewards[:, self.correctness_index]
+        correct = torch.nan_to_num(verdict, nan=float("-inf")) > self.correct_threshold
+        lengths = gather(torch.tensor(self._ds_local["lengths"], dtype=torch.long, device=device))
+        if lengths.shape[0] != n:
+            raise RuntimeError(f"gathered {lengths.shape[0]} completion lengths for {n} rewards")
+        group_ids = torch.arange(n, device=device) // self.num_generations
+        channels = rewards[:, self.reward_channel_indices] if self.reward_channel_indices else None
+        keys, prints = None, None
+        if self.fingerprints:
+            keys = [prompt_key_of(p) for p in gather_object(self._ds_local["prompts"])]
+            prints = gather(self._ds_fingerprints.to(device).float())
+        batch = RolloutBatch(
+            group_ids=group_ids,
+            correct=correct.to(device),
+            lengths=lengths,
+            rewards=None if channels is None else channels.to(device).float(),
+            prompt_keys=keys,
+            fingerprints=prints,
+        )
+        with torch.no_grad():
+            shaped = self.shaper(batch)
+        self.last_shaped = shaped
+        return shaped
+
+    def _log_shaped(self, shaped: Shaped, mode: str) -> None:
+        for name, value in shaped.metrics.items():
+            self._metrics[mode][name].append(float(value))
+        # TRL already logged its own (unused) advantages for the completions table: replace them with ours.
+        column = self._logs["advantages"]
+        for _ in range(min(len(column), shaped.advantages.shape[0])):
+            column.pop()
+        column.extend(shaped.advantages.tolist())
+
+    # -- checkpoints ----------------------------------------------------------------------------------------
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, STATE_FILE)
+        if os.path.exists(path):
+            self.shaper.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
+            logger.info("dynashape: restored shaper state from %s", path)
+        else:
+            logger.warning("dynashape: %s not found; the shaper starts fresh", path)

@@ -1,0 +1,106 @@
+"""dynashape as a verl 0.9.x plugin: LEAD, MEDS and the baselines as verl advantage estimators.
+
+Install ``dynashape[verl]``; verl loads this module through the ``verl.plugins`` entry point on every
+``import verl`` (driver, actor and reward workers). Then, in any verl launch command::
+
+    algorithm.adv_estimator=lead +algorithm.lead.b_max=4000 +algorithm.lead.l_min=1000
+    reward.custom_reward_function.path=pkg://dynashape.integrations.verl
+    reward.custom_reward_function.name=compute_score
+    # optional, for checkpointed shaper state, verifier verdicts and MEDS fingerprints:
+    trainer.use_v1=true trainer.v1.trainer_mode=dynashape
+
+Importing this module:
+  * registers the estimators ``lead``, ``lead_meds``, ``meds``, ``shorterbetter``, ``grpo_length`` with
+    ``verl.trainer.ppo.core_algos.register_adv_est`` (see :mod:`dynashape.integrations.verl_estimators`);
+  * arranges, per process and only when that process imports them, that the v1 trainer ``dynashape`` is
+    registered (:mod:`dynashape.integrations.verl_trainer`) and that the FSDP actor's ``forward_step`` can return
+    MEDS fingerprints when the trainer asks for them (:mod:`dynashape.integrations.verl_fingerprint`).
+
+Without verl installed the module still imports (``compute_score`` works anywhere) and registers nothing.
+Interfaces of verl 0.9.1 we rely on (checked by tests/integrations/test_verl_*.py):
+  * ``core_algos.register_adv_est(name)(fn)``; ``ray_trainer.compute_advantage(data, adv_estimator, gamma, lam,
+    num_repeat, norm_adv_by_std_in_grpo, config)`` calls ``fn(token_level_rewards=, response_mask=, config=,
+    index=)``.
+  * ``verl.trainer.ppo.v1.trainer_base.register_trainer(name)`` on a ``PPOTrainer`` subclass.
+  * ``FSDPEngineWithLMHead.forward_step(self, micro_batch: TensorDict, loss_function, forward_only)
+    -> (loss, {"model_output": dict, "loss": float, "metrics": dict})``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from typing import Any
+
+from dynashape.integrations.verl_estimators import ESTIMATOR_NAMES, make_estimator
+
+__all__ = ["ESTIMATOR_NAMES", "compute_score", "register"]
+
+logger = logging.getLogger(__name__)
+
+#: Set to "0" to keep the FSDP forward untouched in every process (fingerprints then stay unavailable).
+PATCH_ENV = "DYNASHAPE_VERL_PATCH_FSDP"
+TRAINER_NAME = "dynashape"
+
+
+def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None, **kwargs: Any) -> Any:
+    """verl custom reward function: the dynashape verifier (``dynashape.rewards.scoring.compute_score``).
+
+    Use with ``reward.custom_reward_function.path=pkg://dynashape.integrations.verl`` and ``.name=compute_score``.
+    verl calls it from a thread pool in its reward workers; the verifier imports lazily and never imports verl.
+    """
+    from dynashape.rewards.scoring import compute_score as _score
+
+    return _score(data_source, solution_str, ground_truth, extra_info, **kwargs)
+
+
+def register() -> list[str]:
+    """Register our estimators with verl (idempotent) and arm the lazy trainer/FSDP hooks.
+
+    Returns:
+        The estimator names registered. Shapers that this dynashape build lacks are skipped with a warning.
+    """
+    from verl.trainer.ppo import core_algos
+
+    from dynashape.integrations._post_import import when_imported
+    from dynashape.shapers import available_shapers
+
+    registered = []
+    available = set(available_shapers())
+    for name in ESTIMATOR_NAMES:
+        if name not in available:
+            logger.warning("dynashape: shaper '%s' is not available; verl estimator '%s' not registered", name, name)
+            continue
+        existing = core_algos.ADV_ESTIMATOR_REGISTRY.get(name)
+        if existing is not None and getattr(existing, "__module__", "") == make_estimator.__module__:
+            registered.append(name)  # registered by an earlier import of this module (e.g. a reload)
+            continue
+        core_algos.register_adv_est(name)(make_estimator(name))
+        registered.append(name)
+
+    when_imported("verl.trainer.ppo.v1", _register_trainer)
+    if os.environ.get(PATCH_ENV, "1") != "0":
+        when_imported("verl.workers.engine.fsdp.transformer_impl", _patch_fsdp)
+    return registered
+
+
+def _register_trainer(_module: Any) -> None:
+    from dynashape.integrations.verl_trainer import register_trainer
+
+    register_trainer(TRAINER_NAME)
+
+
+def _patch_fsdp(module: Any) -> None:
+    from dynashape.integrations.verl_fingerprint import patch_forward_step
+
+    patch_forward_step(module.FSDPEngineWithLMHead)
+
+
+if importlib.util.find_spec("verl") is not None:
+    # verl swallows plugin import errors at debug level; log ours loudly instead of vanishing silently.
+    try:
+        register()
+    except Exception:
+        logger.exception("dynashape: registering the verl plugin failed")
+        raise

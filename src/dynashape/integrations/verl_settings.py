@@ -1,0 +1,147 @@
+"""``algorithm.<name>.*`` of a verl config -> a validated shaper config plus our adapter options.
+
+Shaper parameters are checked by the shaper's own frozen config class (``dynashape.shapers.config_class``);
+errors name the full verl key (``algorithm.lead.b_max: ...``) so a typo in a launch command is obvious.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dynashape.shapers import Shaper, config_class, get_shaper
+
+__all__ = ["ADAPTER_KEYS", "EstimatorSettings", "parse_settings"]
+
+#: Keys under algorithm.<name> that configure the adapter rather than the shaper.
+ADAPTER_KEYS: tuple[str, ...] = (
+    "state_dir",
+    "correct_threshold",
+    "residual_reward",
+    "fingerprint_layers",
+    "fingerprint_diff",
+    "fingerprint_norm",
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Settings: algorithm.<name>.* -> validated shaper config + adapter options
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimatorSettings:
+    """What one ``algorithm.<name>`` section resolves to.
+
+    Attributes:
+        name: Estimator (= shaper) name.
+        shaper_params: Keyword parameters of the shaper, already accepted by its config class.
+        state_dir: Where the plain estimator path saves/loads the shaper state (None: not persisted).
+        correct_threshold: A rollout is correct when its summed token-level reward exceeds this (used when the
+            reward function gave no ``acc`` verdict).
+        residual_reward: Pass ``score - correct`` (what verl's score adds to the 0/1 verdict, e.g. DAPO's
+            overlong penalty or its -1 for wrong answers) to the shaper as one extra ``rewards`` channel, so that
+            MEDS's base reward equals verl's score. Only for shapers that take reward channels.
+        fingerprint_layers: MEDS fingerprint width: the last this many layer logits (official 14).
+        fingerprint_diff: Consecutive layer differences first (the paper's "diff" ablation).
+        fingerprint_norm: "raw" (official) or "final" (final norm on every layer).
+    """
+
+    name: str
+    shaper_params: tuple[tuple[str, Any], ...]
+    state_dir: str | None = None
+    correct_threshold: float = 0.5
+    residual_reward: bool = False
+    fingerprint_layers: int = 14
+    fingerprint_diff: bool = False
+    fingerprint_norm: str = "raw"
+
+    def build_shaper(self) -> Shaper:
+        return get_shaper(self.name, **dict(self.shaper_params))
+
+
+def _plain(value: Any) -> Any:
+    """OmegaConf containers -> Python values; lists -> tuples (our configs are frozen, tuple-typed)."""
+    to_container = getattr(value, "_metadata", None) is not None
+    if to_container:  # DictConfig / ListConfig without importing omegaconf here
+        from omegaconf import OmegaConf
+
+        value = OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+def _section(config: Any, name: str) -> dict[str, Any]:
+    """``config.<name>`` as a plain dict; {} when absent. `config` is verl's algorithm DictConfig, an
+    AlgoConfig dataclass, a plain mapping, or None."""
+    if config is None:
+        return {}
+    if isinstance(config, Mapping) or hasattr(config, "get"):
+        section = config.get(name, None)
+    else:
+        section = getattr(config, name, None)
+    if section is None:
+        return {}
+    section = _plain(section)
+    if not isinstance(section, dict):
+        raise ValueError(
+            f"algorithm.{name}: expected a mapping of parameters (e.g. +algorithm.{name}.b_max=4000), got {section!r}"
+        )
+    return section
+
+
+def parse_settings(name: str, config: Any) -> EstimatorSettings:
+    """Validate ``algorithm.<name>.*`` with the shaper's own config class; errors name the full key.
+
+    Raises:
+        ValueError: An unknown key, or a value the shaper's config rejects, as ``algorithm.<name>.<key>: ...``.
+    """
+    section = _section(config, name)
+    state_dir = section.pop("state_dir", None)
+    if state_dir is not None and (not isinstance(state_dir, str) or not state_dir):
+        raise ValueError(f"algorithm.{name}.state_dir: must be a non-empty path string, got {state_dir!r}")
+    threshold = section.pop("correct_threshold", 0.5)
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not np.isfinite(threshold):
+        raise ValueError(f"algorithm.{name}.correct_threshold: must be a finite number, got {threshold!r}")
+    residual = section.pop("residual_reward", False)
+    if not isinstance(residual, bool):
+        raise ValueError(f"algorithm.{name}.residual_reward: must be true or false, got {residual!r}")
+    layers = section.pop("fingerprint_layers", 14)
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+        raise ValueError(f"algorithm.{name}.fingerprint_layers: must be a positive int, got {layers!r}")
+    diff = section.pop("fingerprint_diff", False)
+    if not isinstance(diff, bool):
+        raise ValueError(f"algorithm.{name}.fingerprint_diff: must be true or false, got {diff!r}")
+    norm = section.pop("fingerprint_norm", "raw")
+    if norm not in ("raw", "final"):
+        raise ValueError(f"algorithm.{name}.fingerprint_norm: must be 'raw' or 'final', got {norm!r}")
+    cls = config_class(name)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(section) - fields)
+    if unknown:
+        allowed = ", ".join(sorted(fields | set(ADAPTER_KEYS)))
+        raise ValueError(
+            f"algorithm.{name}.{unknown[0]}: not a parameter of the '{name}' advantage estimator; "
+            f"allowed keys under algorithm.{name}: {allowed}"
+        )
+    try:
+        cls(**section)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"algorithm.{name}: invalid parameters {section}: {err}") from err
+    return EstimatorSettings(
+        name=name,
+        shaper_params=tuple(sorted(section.items())),
+        state_dir=state_dir,
+        correct_threshold=float(threshold),
+        residual_reward=residual,
+        fingerprint_layers=layers,
+        fingerprint_diff=diff,
+        fingerprint_norm=norm,
+    )

@@ -1,0 +1,26 @@
+"""Shared fixtures of the engine-adapter tests: every test starts with no driver-side shaper sessions."""
+
+import pytest
+
+from dynashape.integrations import verl_estimators
+
+
+@pytest.fixture(autouse=True)
+def _fresh_sessions():
+    verl_estimators.reset_sessions()
+    yield
+    verl_estimators.reset_sessions()
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+# The engine suites run in their own environments (ci/integration.sh builds them from scratch); in the main
+# environment they are not collected at all rather than reported as skipped.
+collect_ignore_glob = [
+    *([] if _importable("verl") else ["test_verl_*.py"]),
+    *([] if _importable("trl") else ["test_trl_*.py"]),
+]
