@@ -327,3 +327,31 @@ def test_three_channel_controller_shares_the_rest_by_ema():
     assert w.tolist() == pytest.approx([0.5, 0.375, 0.125])
     ctl.ema_ = torch.tensor([0.9, 0.0, 0.0], dtype=F)
     assert ctl._floored(ctl.ema_).tolist() == pytest.approx([0.9, 0.05, 0.05])
+
+
+# ------------------------------------------------------------------------------------------ controller state
+def test_controller_state_round_trip_and_corrupt_state_is_refused():
+    ctl = PSIController()
+    ctl.update(torch.tensor([0.5, 0.2]), torch.tensor([0.5, 0.1]))
+    state = ctl.state_dict()
+    assert state["n_updates"] == 1 and len(state["ema"]) == 2
+    other = PSIController()
+    other.load_state_dict(state)
+    assert torch.equal(other.ema_, ctl.ema_) and other.n_updates_ == 1
+    for bad in (
+        {"ema": [0.5]},
+        {"ema": [0.5, float("nan")], "n_updates": 1},
+        {"ema": [0.5, 0.5], "n_updates": -1},
+        {"n_updates": 3},
+    ):
+        with pytest.raises(ValueError, match="controller state"):
+            other.load_state_dict(bad)
+    assert torch.equal(other.ema_, ctl.ema_)  # a refused state changes nothing
+
+
+def test_lead_shaper_refuses_foreign_state():
+    shaper = get_shaper("lead")
+    with pytest.raises(ValueError, match="not a lead shaper state"):
+        shaper.load_state_dict({"memory": {}})
+    with pytest.raises(ValueError, match="3 channels, expected 2"):
+        shaper.load_state_dict({"version": 1, "controller": {"ema": [0.3, 0.3, 0.4], "n_updates": 2}})
