@@ -144,3 +144,13 @@ def test_lead_meds_state_round_trip():
     resumed.load_state_dict(interrupted.state_dict())
     a, b = straight(visit()), resumed(visit())
     assert torch.equal(a.advantages, b.advantages)
+
+
+def test_prompt_key_ignores_whitespace_and_is_16_hex_chars():
+    from dynashape.meds import prompt_key
+
+    key = prompt_key("What is  1 + 1?\n")
+    assert key == prompt_key("What is 1 + 1?") and len(key) == 16 and int(key, 16) >= 0
+    assert key != prompt_key("What is 1 + 2?")
+    # md5("abc") = 900150983cd24fb0d6963f7d28e17f72 (RFC 1321 test suite)
+    assert prompt_key(" abc ") == "900150983cd24fb0"

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from dynashape.train.task import prompt_key
+from dynashape.meds.keys import prompt_key
 
 __all__ = ["prompt_key", "prompt_key_of", "prompt_text"]
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dynashape.meds.capture import FingerprintCapture, fingerprint
     from dynashape.meds.clustering import assign, fit_labels, knn_vote, voted_cluster_sizes
+    from dynashape.meds.keys import prompt_key
     from dynashape.meds.memory import ErrorMemory, MemoryConfig, MemoryFileError
     from dynashape.meds.model_parts import ModelParts, find_model_parts
     from dynashape.meds.penalty import repeat_penalty
@@ -31,6 +32,7 @@ _EXPORTS = {
     "fit_labels": "clustering",
     "knn_vote": "clustering",
     "voted_cluster_sizes": "clustering",
+    "prompt_key": "keys",
     "ErrorMemory": "memory",
     "MemoryConfig": "memory",
     "MemoryFileError": "memory",
