@@ -13,6 +13,7 @@ Pure I/O: no network, no tokenisation, no prompt templates (the trainer adds its
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +33,14 @@ class MathProblem:
     Attributes:
         problem: the problem statement.
         answer: the gold final answer (e.g. ``"\\frac{1}{2}"``), as ``MathVerifier`` expects it.
+        level: the first integer of a ``difficulty`` / ``level`` column (MATH's "Level 3" -> 3), if any.
+        split: the row's ``split`` column (e.g. "train" / "test"), if any.
     """
 
     problem: str
     answer: str
+    level: int | None = None
+    split: str | None = None
 
 
 def _problem_text(row: Mapping[str, Any]) -> str | None:
@@ -152,5 +157,16 @@ def load_math_problems(path: str | Path, *, limit: int | None = None) -> list[Ma
                 f"{path}: row {index} has no gold answer (reward_model.ground_truth, answer, or a boxed "
                 f"solution); keys: {sorted(row)}"
             )
-        problems.append(MathProblem(problem=problem, answer=answer))
+        split = row.get("split")
+        problems.append(
+            MathProblem(problem=problem, answer=answer, level=_level(row), split=None if split is None else str(split))
+        )
     return problems
+
+
+def _level(row: Mapping[str, Any]) -> int | None:
+    for key in ("difficulty", "level"):
+        match = re.search(r"\d+", str(row.get(key, "")))
+        if match:
+            return int(match.group())
+    return None

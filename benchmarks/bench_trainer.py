@@ -1,0 +1,156 @@
+"""Throughput of the reference trainer's RL step, side by side with its peers, on CPU.
+
+1. Sampling: our KV-cache loop (``dynashape.train.rollout.sample``) vs ``model.generate`` on the same tiny
+   Qwen2, prompts and lengths (response tokens per second, ratio).
+2. The whole RL step (sample, verify, old log-probs, shaper, update): our ``Trainer.step`` vs TRL's
+   ``GRPOTrainer`` on the same model, batch (prompts x G) and completion cap (tokens per second, ratio).
+   TRL lives in a separate environment; without it that half is skipped with a message.
+
+    .venv/bin/python benchmarks/bench_trainer.py                  # defaults: a couple of minutes on 2 cores
+    .venv/bin/python benchmarks/bench_trainer.py --prompts 16 --group 8 --max-new 64 --steps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from dynashape.rewards import MathVerifier
+from dynashape.train.loop import Trainer
+from dynashape.train.policy import ModelConfig, build_policy
+from dynashape.train.presets import make_train_config
+from dynashape.train.rollout import encode_prompts, sample
+from dynashape.train.task import ChainTaskConfig, make_splits
+from dynashape.train.tokenizer import build_char_tokenizer
+
+
+def bench_sampling(model, tok, prompts, max_new: int, repeats: int) -> tuple[float, float]:
+    ids, mask = encode_prompts(tok, prompts)
+    best_ours = best_hf = 0.0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        ro = sample(
+            model,
+            ids,
+            mask,
+            max_new_tokens=max_new,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+            generator=torch.Generator().manual_seed(0),
+        )
+        best_ours = max(best_ours, int(ro.lengths.sum()) / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_new,
+                eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id,
+            )
+        resp = out[:, ids.shape[1] :]
+        # tokens up to and including the first EOS (generate pads after it)
+        is_eos = resp == tok.eos_token_id
+        first = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, resp.shape[1])
+        best_hf = max(best_hf, int(first.sum()) / (time.perf_counter() - t0))
+    return best_ours, best_hf
+
+
+def bench_ours(model, tok, problems, args) -> float:
+    cfg = make_train_config(
+        "lead", prompts_per_step=args.prompts, group_size=args.group, max_new_tokens=args.max_new, steps=args.steps
+    )
+    with MathVerifier(workers=1) as verifier:
+        trainer = Trainer(model, tok, problems, cfg, verifier)
+        trainer.step()  # warm-up step (allocator, first-call overheads)
+        tokens, seconds = 0, 0.0
+        for _ in range(args.steps):
+            out = trainer.step()
+            tokens += int(out.lengths.sum())
+            seconds += out.metrics["time/step"]
+    return tokens / seconds
+
+
+def bench_trl(model, tok, problems, args) -> float | None:
+    try:
+        import trl  # noqa: F401
+        from datasets import Dataset
+        from trl import GRPOConfig, GRPOTrainer
+    except ImportError:
+        print(
+            "TRL / datasets not installed in this environment: TRL half skipped "
+            "(install trl==1.16.0 in a separate venv and rerun there)"
+        )
+        return None
+    from dynashape.rewards import MathVerifier as _MV
+
+    verifier = _MV(workers=1)
+
+    def reward(completions, answer, **_):
+        return [float(v.correct) for v in verifier.verify(list(answer), list(completions))]
+
+    data = Dataset.from_list([{"prompt": p.prompt, "answer": p.answer} for p in problems[: 64 * args.prompts]])
+    cfg = GRPOConfig(
+        output_dir="/tmp/bench_trl",
+        per_device_train_batch_size=args.prompts * args.group,
+        num_generations=args.group,
+        max_completion_length=args.max_new,
+        max_steps=args.steps + 1,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        temperature=1.0,
+        save_strategy="no",
+        bf16=False,
+    )
+    tok.padding_side = "left"
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=cfg, train_dataset=data, processing_class=tok)
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    tokens = sum(
+        h.get("completions/mean_length", 0.0) * args.prompts * args.group
+        for h in trainer.state.log_history
+        if "completions/mean_length" in h
+    )
+    verifier.close()
+    return tokens / seconds  # includes TRL's first step: an upper bound on its per-step cost
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--max-new", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tok = build_char_tokenizer()
+    model = build_policy(ModelConfig(), tok).eval()
+    train, _ = make_splits(ChainTaskConfig(n_train=2000, n_test_per_difficulty=1))
+    prompts = [p.prompt for p in train[: args.prompts] for _ in range(args.group)]
+    ours, hf = bench_sampling(model, tok, prompts, args.max_new, repeats=2)
+    print(
+        f"sampling, {len(prompts)} rollouts x <= {args.max_new} tokens (random init, torch threads "
+        f"{torch.get_num_threads()}): ours {ours:,.0f} tok/s, model.generate {hf:,.0f} tok/s, ratio {ours / hf:.2f}x"
+    )
+    step = bench_ours(model, tok, train, args)
+    print(
+        f"RL step (lead), {args.prompts} prompts x G={args.group}, cap {args.max_new}: ours {step:,.0f} response tok/s"
+    )
+    trl_rate = bench_trl(build_policy(ModelConfig(), tok), tok, train, args)
+    if trl_rate is not None:
+        print(f"RL step, TRL GRPOTrainer: {trl_rate:,.0f} response tok/s; ratio ours / TRL {step / trl_rate:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""The ``dynashape`` command: ``train``, ``compare``, ``eval``, ``report``.
+
+dynashape train                       # preset lead, default budget, run folder runs/lead-seed0
+dynashape train --method meds --steps 80 --set lr=5e-4 --set shaper_kwargs.alpha=0.2
+dynashape compare --methods lead,grpo_length,gdpo,shorterbetter,drpo --seeds 0,1
+dynashape eval --run-dir runs/lead-seed0
+dynashape report --run-dir runs/lead-seed0
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["build_parser", "main"]
+
+
+def _parse_value(text: str) -> Any:
+    import yaml
+
+    value = yaml.safe_load(text)
+    if isinstance(value, str):  # YAML 1.1 reads "5e-4" as a string; a number is meant
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _overrides(items: Sequence[str]) -> dict[str, Any]:
+    """``--set key=value`` pairs (YAML values); ``shaper_kwargs.x=v`` goes into the shaper's kwargs."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        if key.startswith("shaper_kwargs."):
+            out.setdefault("shaper_kwargs", {})[key.split(".", 1)[1]] = _parse_value(value)
+        else:
+            out[key] = _parse_value(value)
+    return out
+
+
+def _run_config(args: argparse.Namespace, method: str, seed: int) -> Any:
+    from dynashape.train.config import RunConfig
+    from dynashape.train.presets import make_train_config
+
+    overrides = _overrides(args.set or [])
+    if args.steps is not None:
+        overrides["steps"] = args.steps
+    base = RunConfig()
+    warmup = base.warmup if args.warmup_steps is None else dataclasses.replace(base.warmup, steps=args.warmup_steps)
+    return RunConfig(
+        train=make_train_config(method, seed=seed, **overrides),
+        warmup=warmup,
+        model_path=args.model,
+        data_path=args.data,
+        device=args.device,
+        cache_dir=args.cache_dir,
+    )
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--steps", type=int, default=None, help="RL steps (default: the preset's)")
+    p.add_argument("--warmup-steps", type=int, default=None, help="supervised warm-up steps of the toy base model")
+    p.add_argument("--model", default=None, help="local Hugging Face causal LM path (default: the toy model)")
+    p.add_argument("--data", default=None, help="JSONL / parquet dataset (default: the toy task)")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1, mps")
+    p.add_argument("--cache-dir", default=None, help="base-model cache (default ~/.cache/dynashape)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a TrainConfig field")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dynashape", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train one preset (default lead) and report")
+    p.add_argument("--method", default="lead", help="preset name (dynashape.train.presets)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--run-dir", default=None, help="run folder (default runs/<method>-seed<seed>); resumes")
+    _add_common(p)
+
+    p = sub.add_parser("compare", help="train several presets and write comparison tables")
+    p.add_argument("--methods", default="lead,grpo_length,gdpo,shorterbetter,drpo")
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--out", default="runs/compare")
+    _add_common(p)
+
+    p = sub.add_parser("eval", help="evaluate a run folder's last checkpoint on the held-out split")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--samples", type=int, default=None, help="samples per problem (default: the run's)")
+
+    p = sub.add_parser("report", help="(re)write report.md and plots of a run folder")
+    p.add_argument("--run-dir", required=True)
+    return parser
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from dynashape.train.run import train
+
+    cfg = _run_config(args, args.method, args.seed)
+    run_dir = Path(args.run_dir or f"runs/{args.method}-seed{args.seed}")
+    result = train(cfg, run_dir, progress=not args.no_progress)
+    ev = result.eval
+    if ev is not None:
+        print(
+            f"{args.method}: accuracy {ev['base']['accuracy']:.3f} -> {ev['final']['accuracy']:.3f}, "
+            f"length {ev['base']['mean_length']:.1f} -> {ev['final']['mean_length']:.1f} "
+            f"({ev['length_ratio']:.0%}), AES {ev['aes']}; report: {run_dir / 'report.md'}"
+        )
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from dynashape.report.tables import compare_markdown
+    from dynashape.train.run import train
+
+    out = Path(args.out)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    results: dict[str, list[dict[str, Any]]] = {}
+    for method in methods:
+        for seed in seeds:
+            cfg = _run_config(args, method, seed)
+            res = train(cfg, out / f"{method}-seed{seed}", progress=not args.no_progress)
+            if res.eval is not None:
+                results.setdefault(method, []).append(res.eval)
+    table = compare_markdown(results)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.md").write_text(table)
+    (out / "compare.json").write_text(json.dumps(results, indent=1))
+    print(table)
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    import yaml
+
+    from dynashape.report.evaluation import evaluate
+    from dynashape.rewards import MathVerifier
+    from dynashape.train import checkpoint as ckpt
+    from dynashape.train.config import RunConfig
+    from dynashape.train.run import load_base
+
+    run_dir = Path(args.run_dir)
+    cfg = RunConfig.from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    if args.samples is not None:
+        cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, n_samples=args.samples))
+    model, tokenizer, _, test, _ = load_base(cfg)
+    latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
+    if latest is not None:
+        state = ckpt.load(latest, cfg_hash=ckpt.config_hash(cfg.to_dict()), map_location=cfg.device)
+        model.load_state_dict(state.model)
+    with MathVerifier(workers=1) as verifier:
+        result = evaluate(model, tokenizer, test, cfg.eval, verifier, device=cfg.device)
+    result["checkpoint"] = str(latest) if latest else "base"
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from dynashape.report.markdown import write_report
+
+    print(write_report(args.run_dir))
+    return 0
+
+
+_COMMANDS = {"train": _cmd_train, "compare": _cmd_compare, "eval": _cmd_eval, "report": _cmd_report}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return _COMMANDS[args.command](args)
+    except (ValueError, RuntimeError) as err:  # bad input and broken checkpoints: one clear line, exit 2
+        print(f"dynashape {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""``report.md`` of a run folder: the held-out result, AES, what the controller did, and the plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["summarise_lambda", "write_report"]
+
+
+def summarise_lambda(metrics: list[dict[str, float]]) -> dict[str, float] | None:
+    """lambda_l at the first step, the last step, and its mean over the last 10 steps (None if not logged)."""
+    values = [m["lead/lambda_l"] for m in metrics if "lead/lambda_l" in m]
+    if not values:
+        return None
+    tail = values[-10:]
+    return {"first": values[0], "last": values[-1], "last10_mean": sum(tail) / len(tail)}
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Write ``run_dir/report.md`` (and its PNGs) from ``metrics.jsonl`` and ``eval.json``."""
+    from dynashape.report.plots import plot_run
+    from dynashape.train.run import read_metrics
+
+    run_dir = Path(run_dir)
+    metrics = read_metrics(run_dir)
+    eval_path = run_dir / "eval.json"
+    evaluation = json.loads(eval_path.read_text()) if eval_path.exists() else None
+    images = plot_run(run_dir, metrics, evaluation)
+    lines = [f"# Run report: {run_dir.name}", ""]
+    if evaluation is not None:
+        base, final = evaluation["base"], evaluation["final"]
+        c = evaluation["aes_constants"]
+        lines += [
+            f"Method `{evaluation['method']}`, {evaluation['steps']} RL steps, wall time "
+            f"{evaluation['wall_seconds']:.0f} s (this invocation). Held-out split: {base['n_problems']} problems x "
+            f"{base['n_samples']} samples, cap {base['max_new_tokens']} tokens, temperature {base['temperature']}.",
+            "",
+            "| model | accuracy (avg@n) | mean length | " + " | ".join(f"pass@{k}" for k in base["pass_at_k"]) + " |",
+            "|---|---|---|" + "---|" * len(base["pass_at_k"]),
+        ]
+        for name, ev in (("base", base), ("final", final)):
+            row = f"| {name} | {ev['accuracy']:.3f} | {ev['mean_length']:.1f} | "
+            lines.append(row + " | ".join(f"{v:.3f}" for v in ev["pass_at_k"].values()) + " |")
+        lines += [
+            "",
+            f"Length ratio final / base: **{evaluation['length_ratio']:.1%}**; accuracy change: "
+            f"**{evaluation['accuracy_delta'] * 100:+.1f} points**; AES **{_fmt(evaluation['aes'])}** "
+            f"(alpha={c['alpha']}, beta={c['beta']}, gamma={c['gamma']}, on {c['on']}).",
+            "",
+            "| difficulty | base acc | final acc | base length | final length |",
+            "|---|---|---|---|---|",
+        ]
+        for d in sorted(base["per_difficulty"], key=int):
+            b, f = base["per_difficulty"][d], final["per_difficulty"][d]
+            lines.append(
+                f"| {d} | {b['accuracy']:.3f} | {f['accuracy']:.3f} | {b['mean_length']:.1f} | {f['mean_length']:.1f} |"
+            )
+        lines.append("")
+    lam = summarise_lambda(metrics)
+    if lam is not None:
+        lines += [
+            f"lambda_l: {lam['first']:.3f} at step 1, {lam['last']:.3f} at the end "
+            f"(mean of the last 10 steps {lam['last10_mean']:.3f}).",
+            "",
+        ]
+    lines += [f"![{name}]({name})" for name in images]
+    path = run_dir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

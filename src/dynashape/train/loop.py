@@ -1,0 +1,414 @@
+"""The RL loop of the reference trainer, one step top to bottom.
+
+    sample prompts -> G rollouts each (temperature 1.0, KV cache, batched) -> verifier
+    -> optional dynamic sampling -> old log-probs forward (+ MEDS fingerprints from the same forward)
+    -> shaper -> advantages -> clipped policy loss (or DRPO) -> AdamW step(s) -> metrics
+
+Everything method-specific comes from ``TrainConfig`` (a preset): which reward columns, which shaper, which
+loss. No branch here names a method. ``run.py`` owns the run folder, checkpoints and evaluation.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dynashape.train.config import TrainConfig
+from dynashape.train.rollout import Rollouts, concat_rollouts, encode_prompts, sample, sequence_logprobs
+from dynashape.train.task import Problem
+
+__all__ = ["PromptStream", "StepOutput", "Trainer", "reward_columns"]
+
+
+# ------------------------------------------------------------------------------------------------- data
+class PromptStream:
+    """Endless seeded pass over the training problems: epoch e visits a permutation drawn from (seed, e).
+
+    The position (epoch, index) is all its state, so a resumed run draws the same prompts.
+    """
+
+    def __init__(self, problems: Sequence[Problem], seed: int) -> None:
+        if not problems:
+            raise ValueError("problems must not be empty")
+        self.problems = problems
+        self.seed = seed
+        self.epoch = 0
+        self.index = 0
+        self._order = self._permutation(0)
+
+    def _permutation(self, epoch: int) -> list[int]:
+        return random.Random(f"prompts-{self.seed}-{epoch}").sample(range(len(self.problems)), len(self.problems))
+
+    def take(self, count: int) -> list[Problem]:
+        out = []
+        for _ in range(count):
+            if self.index == len(self._order):
+                self.epoch, self.index = self.epoch + 1, 0
+                self._order = self._permutation(self.epoch)
+            out.append(self.problems[self._order[self.index]])
+            self.index += 1
+        return out
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.index = int(state["epoch"]), int(state["index"])
+        self._order = self._permutation(self.epoch)
+
+
+# ---------------------------------------------------------------------------------------------- rewards
+def reward_columns(
+    names: Sequence[str], correct: torch.Tensor, lengths: torch.Tensor, cfg: TrainConfig
+) -> torch.Tensor | None:
+    """The ``RolloutBatch.rewards`` columns a preset asks for, [N, K] float32, or None for ``()``."""
+    if not names:
+        return None
+    c = correct.float()
+    columns: dict[str, Callable[[], torch.Tensor]] = {
+        "correct": lambda: c,
+        "overlong": lambda: _overlong(lengths, cfg),
+        "correct_overlong": lambda: c + _overlong(lengths, cfg),
+        "correct_short": lambda: c * (lengths <= cfg.length_threshold).float(),
+    }
+    return torch.stack([columns[name]() for name in names], dim=1)
+
+
+def _overlong(lengths: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
+    from dynashape.rewards.length import overlong_penalty
+
+    return overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_factor).float()
+
+
+# ------------------------------------------------------------------------------------------------- step
+@dataclass
+class StepOutput:
+    """What one step produced: metrics (flat floats) and per-rollout records (for reports)."""
+
+    metrics: dict[str, float]
+    lengths: torch.Tensor = field(repr=False)
+    correct: torch.Tensor = field(repr=False)
+
+
+@dataclass
+class _Collected:
+    rollouts: Rollouts | None  # the kept groups (None when dynamic sampling kept none)
+    problems: list[Problem]  # one per kept rollout
+    group_ids: torch.Tensor
+    correct: torch.Tensor
+    rounds: int
+    sampled: dict[str, Any]  # every sampled rollout (kept or not), for honest accuracy / length metrics
+
+
+class Trainer:
+    """Holds the policy, optimiser, shaper, verifier and RNG; ``step()`` runs one RL step.
+
+    Args:
+        model: a causal LM (any ``transformers`` model with ``logits`` output), in train mode or not.
+        tokenizer: its tokenizer (pad, eos ids).
+        problems: training problems.
+        cfg: the step configuration (a preset).
+        verifier: object with ``verify(golds, responses) -> list[verdict with .correct]``.
+        ref_model: frozen reference for the KL term (needed when ``cfg.kl_coef > 0``).
+        device: torch device of the model.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        problems: Sequence[Problem],
+        cfg: TrainConfig,
+        verifier: Any,
+        *,
+        ref_model: torch.nn.Module | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        from dynashape import get_shaper
+
+        if cfg.kl_coef > 0 and ref_model is None:
+            raise ValueError(f"kl_coef={cfg.kl_coef} > 0 needs a ref_model")
+        self.model, self.tokenizer, self.cfg, self.verifier = model, tokenizer, cfg, verifier
+        self.ref_model, self.device = ref_model, torch.device(device)
+        pool = problems if cfg.prompt_pool is None else problems[: cfg.prompt_pool]
+        self.stream = PromptStream(pool, cfg.seed)
+        self.shaper = get_shaper(cfg.shaper, **cfg.shaper_kwargs)
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99)
+        )
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(cfg.seed)
+        self.step_index = 0
+
+    # -- state -------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything besides model and optimiser weights that a resumed run needs (RNG, data, shaper)."""
+        return {
+            "step": self.step_index,
+            "stream": self.stream.state_dict(),
+            "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "shaper": self.shaper.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step_index = int(state["step"])
+        self.stream.load_state_dict(state["stream"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        self.shaper.load_state_dict(state["shaper"])
+
+    # -- phases ------------------------------------------------------------------------------------------
+    def _generate(self, problems: list[Problem]) -> Rollouts:
+        g = self.cfg.group_size
+        ids, mask = encode_prompts(self.tokenizer, [p.prompt for p in problems])
+        ids = ids.repeat_interleave(g, dim=0).to(self.device)
+        mask = mask.repeat_interleave(g, dim=0).to(self.device)
+        self.model.eval()
+        return sample(
+            self.model,
+            ids,
+            mask,
+            max_new_tokens=self.cfg.max_new_tokens,
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id,
+            temperature=self.cfg.temperature,
+            generator=self.generator,
+        )
+
+    def _verify(self, rollouts: Rollouts, problems: list[Problem]) -> torch.Tensor:
+        texts = self.tokenizer.batch_decode(rollouts.response_ids, skip_special_tokens=True)
+        verdicts = self.verifier.verify([p.answer for p in problems], texts)
+        correct = torch.tensor([bool(v.correct) for v in verdicts], dtype=torch.bool)
+        # A truncated rollout has no final answer the trainer trusts (the budget binds: over budget = wrong).
+        return correct & ~rollouts.truncated.cpu()
+
+    def _collect(self, timings: dict[str, float]) -> _Collected:
+        """Sample groups; under dynamic sampling keep only mixed groups, refilling for a few rounds."""
+        cfg, g = self.cfg, self.cfg.group_size
+        kept: list[tuple[Rollouts, list[Problem], torch.Tensor]] = []
+        sampled: dict[str, Any] = {"problems": [], "correct": [], "lengths": [], "truncated": []}
+        n_groups, rounds = 0, 0
+        while n_groups < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
+            rounds += 1
+            prompts = self.stream.take(cfg.prompts_per_step)
+            t0 = time.perf_counter()
+            rollouts = self._generate(prompts)
+            t1 = time.perf_counter()
+            per_rollout = [p for p in prompts for _ in range(g)]
+            correct = self._verify(rollouts, per_rollout)
+            timings["sample"] += t1 - t0
+            timings["verify"] += time.perf_counter() - t1
+            sampled["problems"] += per_rollout
+            sampled["correct"].append(correct)
+            sampled["lengths"].append(rollouts.lengths.cpu())
+            sampled["truncated"].append(rollouts.truncated.cpu())
+            keep = torch.ones(len(prompts), dtype=torch.bool)
+            if cfg.dynamic_sampling:
+                acc = correct.view(-1, g).float().mean(1)
+                keep = (acc > 0) & (acc < 1)
+            keep_groups = keep.nonzero().squeeze(1)[: cfg.prompts_per_step - n_groups]
+            if len(keep_groups):
+                rows = (keep_groups[:, None] * g + torch.arange(g)).reshape(-1)
+                kept.append(
+                    (
+                        rollouts.select(rows.to(rollouts.lengths.device)),
+                        [per_rollout[int(i)] for i in rows],
+                        correct[rows],
+                    )
+                )
+                n_groups += len(keep_groups)
+            if not cfg.dynamic_sampling:
+                break
+        for key in ("correct", "lengths", "truncated"):
+            sampled[key] = torch.cat(sampled[key])
+        if not kept:  # every group was uniform in every round: nothing to learn from this step
+            return _Collected(
+                None, [], torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.bool), rounds, sampled
+            )
+        merged = concat_rollouts([k[0] for k in kept], self.tokenizer.pad_token_id)
+        problems = [p for k in kept for p in k[1]]
+        group_ids = torch.arange(n_groups).repeat_interleave(g)
+        return _Collected(merged, problems, group_ids, torch.cat([k[2] for k in kept]), rounds, sampled)
+
+    @torch.no_grad()
+    def _old_logprobs(self, rollouts: Rollouts) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Old log-probs and entropy [N, T]; MEDS fingerprints [N, D] ride along on the same forward."""
+        layers = self.cfg.fingerprint_layers
+        if layers is None:
+            stats = sequence_logprobs(self.model, rollouts, with_entropy=True, temperature=self.cfg.temperature)
+            return stats.logprobs, stats.entropy, None  # type: ignore[return-value]
+        from dynashape.meds.capture import FingerprintCapture
+        from dynashape.meds.positions import answer_positions, answer_targets
+
+        p = answer_positions(rollouts.response_ids, self.tokenizer, response_mask=rollouts.response_mask)
+        y = answer_targets(rollouts.response_ids, p)
+        width = rollouts.prompt_ids.shape[1]
+        positions = torch.where(p >= 0, p + width, -1)  # prompt is left-padded to `width`
+        with FingerprintCapture(self.model, positions, y, layers=layers) as capture:
+            stats = sequence_logprobs(self.model, rollouts, with_entropy=True, temperature=self.cfg.temperature)
+        return stats.logprobs, stats.entropy, capture.result()  # type: ignore[return-value]
+
+    def _update(
+        self,
+        rollouts: Rollouts,
+        group_ids: torch.Tensor,
+        correct: torch.Tensor,
+        advantages: torch.Tensor,
+        old_logprobs: torch.Tensor,
+        ref_logprobs: torch.Tensor | None,
+    ) -> dict[str, float]:
+        """``ppo_epochs`` passes of ``mini_batches`` AdamW steps over whole groups; returns mean diagnostics."""
+        from dynashape.drpo import drpo_loss
+        from dynashape.losses import entropy_advantage, policy_loss
+
+        cfg = self.cfg
+        lr = cfg.lr * min(1.0, (self.step_index + 1) / max(1, cfg.lr_warmup_steps))
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        n_groups = int(group_ids.max()) + 1
+        chunks = torch.arange(n_groups).chunk(min(cfg.mini_batches, n_groups))
+        sums: dict[str, float] = {}
+        need_entropy = cfg.entropy_coef > 0 or cfg.entropy_advantage
+        self.model.train()
+        for _ in range(cfg.ppo_epochs):
+            for chunk in chunks:
+                rows = torch.isin(group_ids, chunk).nonzero().squeeze(1)
+                mb = rollouts.select(rows.to(rollouts.lengths.device))
+                t = mb.response_ids.shape[1]
+                old, mask = old_logprobs[rows, :t], mb.response_mask
+                stats = sequence_logprobs(self.model, mb, with_entropy=need_entropy, temperature=cfg.temperature)
+                if cfg.loss == "drpo":
+                    out = drpo_loss(
+                        stats.logprobs,
+                        old,
+                        mask,
+                        group_ids=group_ids[rows].to(mask.device),
+                        correct=correct[rows].to(mask.device),
+                        max_length=cfg.max_new_tokens,
+                        lengths=mb.lengths,
+                        tau=cfg.drpo_tau,
+                        lam=cfg.drpo_lambda,
+                        beta=cfg.drpo_beta,
+                        delta=cfg.drpo_delta,
+                    )
+                    loss, diag = out.loss, {"loss": out.loss, "kl": out.kl, "drpo/objective": out.objective}
+                else:
+                    adv: torch.Tensor = advantages[rows].to(mask.device)
+                    if cfg.entropy_advantage:
+                        adv = entropy_advantage(
+                            adv, stats.entropy, alpha=cfg.entropy_adv_alpha, kappa=cfg.entropy_adv_kappa
+                        ).advantages
+                    out = policy_loss(
+                        stats.logprobs,
+                        old,
+                        adv,
+                        mask,
+                        eps_low=cfg.eps_low,
+                        eps_high=cfg.eps_high,
+                        dual_clip=cfg.dual_clip,
+                        agg=cfg.loss_agg,  # type: ignore[arg-type]
+                        ref_log_prob=None if ref_logprobs is None else ref_logprobs[rows, :t],
+                        kl_coef=cfg.kl_coef,
+                        kl_estimator=cfg.kl_estimator,
+                        entropy=stats.entropy if cfg.entropy_coef > 0 else None,
+                        entropy_coef=cfg.entropy_coef,
+                    )
+                    loss = out.loss
+                    diag = {
+                        "loss": out.loss,
+                        "pg_loss": out.pg_loss,
+                        "kl": out.kl,
+                        "clip_frac": out.surrogate.clip_frac,
+                        "approx_kl": out.surrogate.approx_kl,
+                    }
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+                self.optimizer.step()
+                diag["grad_norm"] = grad_norm
+                for k, v in diag.items():
+                    sums[k] = sums.get(k, 0.0) + float(v.detach())
+        count = cfg.ppo_epochs * len(chunks)
+        return {**{k: v / count for k, v in sums.items()}, "lr": lr}
+
+    # -- the step ----------------------------------------------------------------------------------------
+    def step(self) -> StepOutput:
+        """One RL step; advances data position, RNG, shaper state and weights exactly once."""
+        from dynashape import RolloutBatch
+
+        cfg = self.cfg
+        timings = {"sample": 0.0, "verify": 0.0, "old_logprob": 0.0, "shape": 0.0, "update": 0.0}
+        t_start = time.perf_counter()
+        col = self._collect(timings)
+        s = col.sampled
+        metrics: dict[str, float] = {
+            "step": float(self.step_index + 1),
+            "sampling_rounds": float(col.rounds),
+            "groups_kept": float(len(col.group_ids) // cfg.group_size),
+            "groups_kept_frac": len(col.group_ids) / len(s["correct"]),
+            **rollout_metrics(s["problems"], s["correct"], s["lengths"], s["truncated"]),
+        }
+        if col.rollouts is not None:
+            rollouts, lengths = col.rollouts, col.rollouts.lengths.cpu()
+
+            t0 = time.perf_counter()
+            old_logprobs, entropy, fingerprints = self._old_logprobs(rollouts)
+            ref_logprobs = None
+            if self.ref_model is not None:
+                with torch.no_grad():
+                    ref_logprobs = sequence_logprobs(self.ref_model, rollouts, temperature=cfg.temperature).logprobs
+            mask = rollouts.response_mask.float()
+            metrics["entropy"] = float((entropy * mask).sum() / mask.sum().clamp(min=1))
+            timings["old_logprob"] = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            batch = RolloutBatch(
+                group_ids=col.group_ids,
+                correct=col.correct,
+                lengths=lengths,
+                rewards=reward_columns(cfg.reward_columns, col.correct, lengths, cfg),
+                prompt_keys=[p.key for p in col.problems],
+                fingerprints=None if fingerprints is None else fingerprints.cpu(),
+            )
+            shaped = self.shaper(batch)
+            metrics.update(shaped.metrics)
+            metrics["advantage_abs_mean"] = float(shaped.advantages.abs().mean())
+            timings["shape"] = time.perf_counter() - t0
+
+            t0 = time.perf_counter()
+            metrics.update(
+                self._update(rollouts, col.group_ids, col.correct, shaped.advantages, old_logprobs, ref_logprobs)
+            )
+            timings["update"] = time.perf_counter() - t0
+        self.step_index += 1
+        timings["step"] = time.perf_counter() - t_start
+        metrics.update({f"time/{k}": v for k, v in timings.items()})
+        return StepOutput(metrics, s["lengths"], s["correct"])
+
+
+def rollout_metrics(
+    problems: Sequence[Problem], correct: torch.Tensor, lengths: torch.Tensor, truncated: torch.Tensor
+) -> dict[str, float]:
+    """Accuracy and length overall and per difficulty (mean / min / max), truncation rate."""
+    difficulty = torch.tensor([p.difficulty for p in problems])
+    lengths_f = lengths.float()
+    out = {
+        "accuracy": float(correct.float().mean()),
+        "length/mean": float(lengths_f.mean()),
+        "truncated_frac": float(truncated.float().mean()),
+    }
+    if bool(correct.any()):  # absent rather than NaN, so every logged value is finite
+        out["length/mean_correct"] = float(lengths_f[correct].mean())
+    for d in torch.unique(difficulty).tolist():  # a handful of difficulty levels, not rollouts
+        sel = difficulty == d
+        out[f"accuracy/d{d}"] = float(correct[sel].float().mean())
+        out[f"length/d{d}/mean"] = float(lengths_f[sel].mean())
+        out[f"length/d{d}/min"] = float(lengths_f[sel].min())
+        out[f"length/d{d}/max"] = float(lengths_f[sel].max())
+    return out

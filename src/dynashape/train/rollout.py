@@ -1,0 +1,214 @@
+"""Batched sampling with a KV cache, and the teacher-forced log-prob forward over prompt + response.
+
+Prompts are left-padded so that every row's last prompt token sits in the same column; position ids come
+from the attention mask (``cumsum - 1``), both while sampling and in the log-prob forward, so the old
+log-probs are those of the distribution that sampled the tokens. Our own loop rather than
+``model.generate``: on a CPU and a tiny model the per-token overhead of ``generate`` (logits processors,
+stopping criteria, cache bookkeeping) dominates; ``benchmarks/bench_trainer.py`` measures both.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["Rollouts", "TokenStats", "concat_rollouts", "encode_prompts", "sample", "sequence_logprobs"]
+
+
+@dataclass(frozen=True)
+class Rollouts:
+    """N sampled responses to left-padded prompts.
+
+    Attributes:
+        prompt_ids: LongTensor [N, P], left-padded with the pad id.
+        prompt_mask: LongTensor [N, P], 1 on real prompt tokens.
+        response_ids: LongTensor [N, T], right-padded with the pad id; EOS included when sampled.
+        response_mask: LongTensor [N, T], 1 on sampled tokens (EOS included).
+        lengths: LongTensor [N], response tokens (EOS included), i.e. ``response_mask.sum(-1)``.
+        truncated: BoolTensor [N], True when no EOS was sampled within ``max_new_tokens``.
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+    lengths: torch.Tensor
+    truncated: torch.Tensor
+
+    def select(self, index: torch.Tensor) -> Rollouts:
+        """The rollouts at ``index`` (LongTensor [M]), trimmed to the longest kept response."""
+        lengths = self.lengths[index]
+        width = int(lengths.max()) if len(index) else 0
+        return Rollouts(
+            self.prompt_ids[index],
+            self.prompt_mask[index],
+            self.response_ids[index, :width],
+            self.response_mask[index, :width],
+            lengths,
+            self.truncated[index],
+        )
+
+
+def encode_prompts(
+    tokenizer: Any, prompts: Sequence[str], *, add_bos: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded prompt ids and mask [N, P]; a BOS token is prepended when the tokenizer has one."""
+    bos = [tokenizer.bos_token_id] if add_bos and tokenizer.bos_token_id is not None else []
+    rows = [bos + tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[i, width - len(r) :] = 1
+    return ids, mask
+
+
+def _cache_keyword(model: torch.nn.Module) -> str:
+    # transformers 5 renamed ``past_key_values`` to ``cache`` (the old name warns); accept both.
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _cache_of(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return out.past_key_values if cache is None else cache
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def sample(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    eos_token_id: int,
+    pad_token_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> Rollouts:
+    """Sample one response per prompt row with a KV cache (ancestral sampling at ``temperature``).
+
+    Args:
+        prompt_ids, prompt_mask: LongTensor [N, P], left-padded (see ``encode_prompts``).
+        max_new_tokens: response cap; a row without EOS by then is ``truncated``.
+        temperature: softmax temperature (> 0). top_p: nucleus mass kept (1.0 = off).
+        generator: torch.Generator on the model's device, for reproducible draws (resume).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    device = prompt_ids.device
+    n = prompt_ids.shape[0]
+    mask = prompt_mask
+    out = model(
+        input_ids=prompt_ids,
+        attention_mask=mask,
+        position_ids=_positions(mask),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache_kw = _cache_keyword(model)
+    past, logits = _cache_of(out), out.logits[:, -1]
+    next_pos = mask.sum(-1, keepdim=True)  # position of the first response token
+    tokens = torch.full((n, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
+    finished = torch.zeros(n, dtype=torch.bool, device=device)
+    lengths = torch.zeros(n, dtype=torch.long, device=device)
+    ones = torch.ones((n, 1), dtype=mask.dtype, device=device)
+    for t in range(max_new_tokens):
+        probs = torch.softmax(logits.float() / temperature, dim=-1)
+        if top_p < 1.0:
+            sorted_p, order = probs.sort(dim=-1, descending=True)
+            drop = sorted_p.cumsum(-1) - sorted_p > top_p  # keep the smallest prefix reaching top_p
+            sorted_p = sorted_p.masked_fill(drop, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+        tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        tok = torch.where(finished, torch.full_like(tok, pad_token_id), tok)
+        tokens[:, t] = tok
+        lengths += (~finished).long()
+        finished |= tok == eos_token_id
+        if bool(finished.all()) or t == max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, ones], dim=1)
+        out = model(
+            input_ids=tok[:, None],
+            attention_mask=mask,
+            position_ids=next_pos + t,
+            use_cache=True,
+            **{cache_kw: past},
+        )
+        past, logits = _cache_of(out), out.logits[:, -1]
+    width = int(lengths.max())
+    response_ids = tokens[:, :width]
+    response_mask = (torch.arange(width, device=device)[None, :] < lengths[:, None]).long()
+    return Rollouts(prompt_ids, prompt_mask, response_ids, response_mask, lengths, ~finished)
+
+
+@dataclass(frozen=True)
+class TokenStats:
+    """Per-token statistics of a teacher-forced forward over the responses.
+
+    Attributes:
+        logprobs: float32 [N, T], log-prob of each response token (0 on padding).
+        entropy: float32 [N, T] or None, entropy of the next-token distribution (0 on padding).
+    """
+
+    logprobs: torch.Tensor
+    entropy: torch.Tensor | None
+
+
+def sequence_logprobs(
+    model: torch.nn.Module, rollouts: Rollouts, *, with_entropy: bool = False, temperature: float = 1.0
+) -> TokenStats:
+    """Log-probs of the sampled response tokens under ``model`` (one forward over prompt + response).
+
+    Runs with gradients when the caller has them enabled (the update) and without under ``no_grad`` (the
+    old log-probs, where MEDS fingerprint hooks ride along).
+    """
+    ids = torch.cat([rollouts.prompt_ids, rollouts.response_ids], dim=1)
+    mask = torch.cat([rollouts.prompt_mask, rollouts.response_mask], dim=1)
+    p, t = rollouts.prompt_ids.shape[1], rollouts.response_ids.shape[1]
+    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False)
+    logits = out.logits[:, p - 1 : p - 1 + t].float() / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logprobs = logp_all.gather(-1, rollouts.response_ids[..., None]).squeeze(-1)
+    valid = rollouts.response_mask.bool()
+    logprobs = logprobs.masked_fill(~valid, 0.0)
+    entropy = None
+    if with_entropy:
+        entropy = -(logp_all.exp() * logp_all).sum(-1).masked_fill(~valid, 0.0)
+    return TokenStats(logprobs, entropy)
+
+
+def concat_rollouts(parts: Sequence[Rollouts], pad_token_id: int) -> Rollouts:
+    """Stack rollouts of several generation rounds: prompts re-padded on the left, responses on the right."""
+    if not parts:
+        raise ValueError("concat_rollouts needs at least one Rollouts")
+    if len(parts) == 1:
+        return parts[0]
+    p = max(r.prompt_ids.shape[1] for r in parts)
+    t = max(r.response_ids.shape[1] for r in parts)
+
+    def pad(x: torch.Tensor, width: int, value: int, left: bool) -> torch.Tensor:
+        extra = width - x.shape[1]
+        return torch.nn.functional.pad(x, (extra, 0) if left else (0, extra), value=value)
+
+    return Rollouts(
+        torch.cat([pad(r.prompt_ids, p, pad_token_id, True) for r in parts]),
+        torch.cat([pad(r.prompt_mask, p, 0, True) for r in parts]),
+        torch.cat([pad(r.response_ids, t, pad_token_id, False) for r in parts]),
+        torch.cat([pad(r.response_mask, t, 0, False) for r in parts]),
+        torch.cat([r.lengths for r in parts]),
+        torch.cat([r.truncated for r in parts]),
+    )

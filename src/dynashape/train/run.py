@@ -1,0 +1,319 @@
+"""A training run and its folder: config, base model, evaluation, the RL loop, checkpoints, resume, report.
+
+    run_dir/config.yaml          resolved RunConfig
+    run_dir/metrics.jsonl        one line per RL step
+    run_dir/checkpoints/step_N/  model, optimiser, RNG, data position, shaper state
+    run_dir/eval.json            base vs final on the held-out split, AES
+    run_dir/report.md, *.png     plots (``dynashape.report``)
+    run_dir/tb/                  TensorBoard events when tensorboard is installed
+
+Starting a run on a folder that has checkpoints continues from the last one; the resumed steps reproduce
+the uninterrupted run's metrics exactly on CPU (same RNG states, data position, optimiser and shaper state).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dynashape.train import checkpoint as ckpt
+from dynashape.train.config import RunConfig
+from dynashape.train.task import Problem, make_splits
+
+__all__ = ["RunResult", "default_cache_dir", "load_base", "read_metrics", "train"]
+
+log = logging.getLogger(__name__)
+TIME_PREFIX = "time/"
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    eval: dict[str, Any] | None
+    metrics: list[dict[str, float]]
+    resumed_from: int | None
+
+
+def default_cache_dir() -> Path:
+    """``$DYNASHAPE_CACHE`` or ``~/.cache/dynashape``."""
+    return Path(os.environ.get("DYNASHAPE_CACHE", Path.home() / ".cache" / "dynashape"))
+
+
+def _problems(cfg: RunConfig) -> tuple[list[Problem], list[Problem]]:
+    if cfg.data_path is not None:
+        from dynashape.train.data import load_dataset_problems
+
+        return load_dataset_problems(cfg.data_path, seed=cfg.task.seed)
+    return make_splits(cfg.task)
+
+
+def load_base(
+    cfg: RunConfig, *, progress: bool = False
+) -> tuple[torch.nn.Module, Any, list[Problem], list[Problem], dict[str, Any]]:
+    """Base model, tokenizer, train and test problems, and where the base came from."""
+    from dynashape.train.policy import load_or_train_base, load_pretrained
+
+    train_problems, test_problems = _problems(cfg)
+    if cfg.model_path is not None:
+        model, tokenizer = load_pretrained(cfg.model_path, device=cfg.device)
+        return model, tokenizer, train_problems, test_problems, {"source": cfg.model_path, "cache": None}
+    bar = _bar(cfg.warmup.steps, "warm-up", progress)
+    model, tokenizer, info = load_or_train_base(
+        cfg.task,
+        cfg.model,
+        cfg.warmup,
+        train_problems,
+        cache_dir=cfg.cache_dir or default_cache_dir(),
+        device=cfg.device,
+        on_step=lambda step, loss: (bar.update(1), bar.set_postfix(loss=f"{loss:.3f}")) if bar else None,
+    )
+    if bar:
+        bar.close()
+    meta = {
+        "source": "warm-up",
+        "cache": str(info.path),
+        "key": info.key,
+        "trained_now": info.trained_now,
+        "warmup_seconds": info.seconds,
+        "warmup_final_loss": info.losses[-1] if info.losses else None,
+    }
+    return model, tokenizer, train_problems, test_problems, meta
+
+
+def _bar(total: int, desc: str, enabled: bool) -> Any:
+    if not enabled or total == 0:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, dynamic_ncols=True)
+
+
+def _eval_key(cfg: RunConfig, test: list[Problem]) -> str:
+    blob = json.dumps({"eval": cfg.to_dict()["eval"], "problems": [(p.prompt, p.answer) for p in test]}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def evaluate_base(
+    cfg: RunConfig,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    test: list[Problem],
+    verifier: Any,
+    base: dict,
+    *,
+    use_cache: bool = True,
+) -> dict[str, Any]:
+    """The base model's held-out evaluation, cached next to the cached base model (shared by all presets)."""
+    from dynashape.report.evaluation import evaluate
+
+    path = None
+    if base.get("cache") and use_cache:
+        path = Path(base["cache"]) / f"eval-{_eval_key(cfg, test)}.json"
+        if path.exists():
+            return json.loads(path.read_text())
+    result = evaluate(model, tokenizer, test, cfg.eval, verifier, device=cfg.device)
+    if path is not None:
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(result))
+        tmp.replace(path)
+    return result
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _write_config(run_dir: Path, cfg: RunConfig) -> str:
+    """Write config.yaml; if the folder already has one of a different trajectory, refuse."""
+    import yaml
+
+    resolved = cfg.to_dict()
+    cfg_hash = ckpt.config_hash(resolved)
+    path = run_dir / "config.yaml"
+    if path.exists():
+        old = yaml.safe_load(path.read_text()) or {}
+        if ckpt.config_hash(old) != cfg_hash:
+            raise ckpt.CheckpointError(
+                f"{path} holds a different config than this run (only train.steps and "
+                "train.checkpoint_every may change on resume); use a new run folder"
+            )
+    path.write_text(yaml.safe_dump(resolved, sort_keys=False))
+    return cfg_hash
+
+
+def train(
+    cfg: RunConfig,
+    run_dir: str | Path,
+    *,
+    progress: bool = True,
+    stop_after: int | None = None,
+    on_step: Callable[[dict[str, float]], None] | None = None,
+    verifier: Any = None,
+    report: bool = True,
+) -> RunResult:
+    """Run (or resume) the RL training of ``cfg`` in ``run_dir``; evaluate and report at the end.
+
+    Args:
+        stop_after: stop after this many steps of this invocation, without the final evaluation (what an
+            interrupted run leaves behind; tests use it).
+        on_step: called with every step's metrics.
+        verifier: object with ``verify(golds, responses)`` (default: a ``MathVerifier``); tests and custom
+            rewards pass their own.
+        report: write report.md and its plots at the end.
+    """
+    from dynashape.metrics import aes
+    from dynashape.report.evaluation import evaluate
+    from dynashape.rewards import MathVerifier
+    from dynashape.train.loop import Trainer
+
+    start_wall = time.perf_counter()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg_hash = _write_config(run_dir, cfg)
+    model, tokenizer, train_problems, test_problems, base = load_base(cfg, progress=progress)
+    own_verifier = verifier is None
+    if own_verifier:
+        verifier = MathVerifier(timeout=5.0, workers=1)
+    # A caller's own verifier may judge differently: its base evaluation is not cached.
+    base_eval = evaluate_base(cfg, model, tokenizer, test_problems, verifier, base, use_cache=own_verifier)
+
+    ref_model = None
+    if cfg.train.kl_coef > 0:
+        import copy
+
+        ref_model = copy.deepcopy(model).eval()
+        ref_model.requires_grad_(False)
+    trainer = Trainer(model, tokenizer, train_problems, cfg.train, verifier, ref_model=ref_model, device=cfg.device)
+
+    # -- resume ------------------------------------------------------------------------------------------
+    ckpt_dir = run_dir / "checkpoints"
+    resumed_from = None
+    latest = ckpt.latest_checkpoint(ckpt_dir)
+    metrics = read_metrics(run_dir)
+    if latest is not None:
+        state = ckpt.load(latest, cfg_hash=cfg_hash, map_location=cfg.device)
+        model.load_state_dict(state.model)
+        trainer.optimizer.load_state_dict(state.optimizer)
+        trainer.load_state_dict(state.state)
+        resumed_from = state.step
+    elif metrics:
+        log.warning("%s has metrics but no checkpoint; starting over", run_dir)
+    metrics = [m for m in metrics if m["step"] <= trainer.step_index]  # drop steps after the checkpoint
+    _rewrite_metrics(run_dir, metrics)
+
+    total = cfg.train.steps
+    done = run_dir / "eval.json"
+    if trainer.step_index >= total and done.exists():  # a finished run: report what it measured
+        previous = json.loads(done.read_text())
+        if previous.get("steps") == trainer.step_index:
+            if own_verifier:
+                verifier.close()
+            return RunResult(run_dir, previous, metrics, resumed_from)
+    writer = _tensorboard(run_dir)
+    bar = _bar(total, f"train {cfg.train.method}", progress)
+    if bar:
+        bar.update(trainer.step_index)
+    done_here = 0
+    with (run_dir / "metrics.jsonl").open("a") as out:
+        while trainer.step_index < total and (stop_after is None or done_here < stop_after):
+            m = trainer.step().metrics
+            done_here += 1
+            metrics.append(m)
+            out.write(json.dumps(m) + "\n")
+            out.flush()
+            if writer is not None:
+                for k, v in m.items():
+                    writer.add_scalar(k, v, trainer.step_index)
+            if bar:
+                bar.update(1)
+                bar.set_postfix(_postfix(m))
+            if on_step is not None:
+                on_step(m)
+            every = cfg.train.checkpoint_every
+            if trainer.step_index == total or (every and trainer.step_index % every == 0):
+                _save(ckpt_dir, trainer, cfg_hash)
+    if bar:
+        bar.close()
+    if writer is not None:
+        writer.close()
+    if trainer.step_index < total:
+        if own_verifier:
+            verifier.close()
+        return RunResult(run_dir, None, metrics, resumed_from)
+
+    final_eval = evaluate(model, tokenizer, test_problems, cfg.eval, verifier, device=cfg.device)
+    if own_verifier:
+        verifier.close()
+    score = None  # AES is undefined for a base model with zero accuracy or zero length
+    if base_eval["accuracy"] > 0 and base_eval["mean_length"] > 0:
+        score = aes(final_eval["accuracy"], final_eval["mean_length"], base_eval["accuracy"], base_eval["mean_length"])
+    result = {
+        "method": cfg.train.method,
+        "steps": trainer.step_index,
+        "base": base_eval,
+        "final": final_eval,
+        "aes": None if score is None else score.value,
+        "aes_constants": {"alpha": 1.0, "beta": 3.0, "gamma": 5.0, "on": "averages"},
+        "length_ratio": final_eval["mean_length"] / max(base_eval["mean_length"], 1e-9),
+        "accuracy_delta": final_eval["accuracy"] - base_eval["accuracy"],
+        "wall_seconds": time.perf_counter() - start_wall,
+        "train_seconds": sum(m.get("time/step", 0.0) for m in metrics),
+        "base_model": base,
+        "resumed_from": resumed_from,
+    }
+    (run_dir / "eval.json").write_text(json.dumps(result, indent=1))
+    if report:
+        try:
+            from dynashape.report.markdown import write_report
+
+            write_report(run_dir)
+        except ImportError as err:  # matplotlib missing: the run itself is complete
+            log.warning("no report written: %s", err)
+    return RunResult(run_dir, result, metrics, resumed_from)
+
+
+def _save(ckpt_dir: Path, trainer: Any, cfg_hash: str) -> None:
+    if (ckpt_dir / f"step_{trainer.step_index}").exists():
+        return  # already written by an earlier invocation (resume right at a checkpoint)
+    ckpt.save(
+        ckpt_dir,
+        step=trainer.step_index,
+        model=trainer.model,
+        optimizer=trainer.optimizer,
+        state=trainer.state_dict(),
+        cfg_hash=cfg_hash,
+    )
+
+
+def _rewrite_metrics(run_dir: Path, metrics: list[dict[str, float]]) -> None:
+    path = run_dir / "metrics.jsonl"
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    tmp.replace(path)
+
+
+def _postfix(m: dict[str, float]) -> dict[str, str]:
+    out = {"acc": f"{m.get('accuracy', float('nan')):.2f}", "len": f"{m.get('length/mean', float('nan')):.1f}"}
+    if "lead/lambda_l" in m:
+        out["lam_l"] = f"{m['lead/lambda_l']:.2f}"
+    return out
+
+
+def _tensorboard(run_dir: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard is optional
+        return None
+    return SummaryWriter(str(run_dir / "tb"))

@@ -1,0 +1,116 @@
+"""Pieces of the RL step: reward columns, dynamic sampling, MEDS fingerprints from the old-log-prob forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dynashape.rewards import Reason, Verdict
+from dynashape.train.loop import PromptStream, Trainer, reward_columns
+from dynashape.train.policy import ModelConfig, build_policy
+from dynashape.train.presets import make_train_config
+from dynashape.train.rollout import Rollouts, encode_prompts
+from dynashape.train.task import ChainTaskConfig, make_problem, make_splits, teacher_trace
+from dynashape.train.tokenizer import build_char_tokenizer
+
+TINY = ModelConfig(hidden_size=32, num_layers=3, num_heads=2, num_kv_heads=2, intermediate_size=64)
+
+
+def test_reward_columns_hand_checked():
+    cfg = make_train_config("dapo", max_new_tokens=64, overlong_buffer=10, length_threshold=32)
+    correct = torch.tensor([True, False, True])
+    lengths = torch.tensor([10, 60, 62])
+    # overlong starts at 64 - 10 = 54: 10 -> 0, 60 -> (54 - 60) / 10 = -0.6, 62 -> -0.8
+    cols = reward_columns(("correct", "overlong", "correct_overlong", "correct_short"), correct, lengths, cfg)
+    expect = torch.tensor([[1, 0, 1, 1], [0, -0.6, -0.6, 0], [1, -0.8, 0.2, 0]], dtype=torch.float32)
+    assert torch.allclose(cols, expect, atol=1e-6)
+    assert reward_columns((), correct, lengths, cfg) is None
+
+
+def test_prompt_stream_epochs_and_resume():
+    problems = make_splits(ChainTaskConfig(n_train=7, n_test_per_difficulty=1))[0]
+    a = PromptStream(problems, seed=3)
+    first = a.take(7)
+    assert sorted(p.prompt for p in first) == sorted(p.prompt for p in problems)  # one epoch = a permutation
+    a.take(3)
+    b = PromptStream(problems, seed=3)
+    b.load_state_dict(a.state_dict())
+    assert [p.prompt for p in a.take(9)] == [p.prompt for p in b.take(9)]
+
+
+class EvenAnswerVerifier:
+    """Odd-indexed rollouts of problems with an even answer are right; everything else is wrong."""
+
+    def verify(self, golds, responses):
+        return [
+            Verdict(int(g) % 2 == 0 and i % 2 == 1, None, Reason.MISMATCH)
+            for i, (g, _) in enumerate(zip(golds, responses))
+        ]
+
+
+def test_dynamic_sampling_keeps_only_mixed_groups():
+    tok = build_char_tokenizer()
+    model = build_policy(TINY, tok).eval()
+    problems = make_splits(ChainTaskConfig(n_train=40, n_test_per_difficulty=1))[0]
+    cfg = make_train_config(
+        "dapo", prompts_per_step=4, group_size=2, max_new_tokens=4, overlong_buffer=2, max_sampling_rounds=3
+    )
+    trainer = Trainer(model, tok, problems, cfg, EvenAnswerVerifier())
+    trainer._verify = lambda ro, probs: torch.zeros(len(probs), dtype=torch.bool)  # every group uniform
+    timings = {"sample": 0.0, "verify": 0.0}
+    col = trainer._collect(timings)
+    assert col.rollouts is None and col.rounds == 3 and len(col.sampled["correct"]) == 3 * 4 * 2
+
+    cfg = make_train_config(
+        "dapo", prompts_per_step=4, group_size=2, max_new_tokens=4, overlong_buffer=2, max_sampling_rounds=3
+    )
+    trainer = Trainer(model, tok, problems, cfg, EvenAnswerVerifier())
+    trainer._verify = lambda ro, probs: torch.tensor(  # bypass truncation: judge the fake verdicts only
+        [int(p.answer) % 2 == 0 and i % 2 == 1 for i, p in enumerate(probs)]
+    )
+    stream = PromptStream(problems, cfg.seed)
+    drawn = stream.take(12)
+    col = trainer._collect(timings)
+    even = [p for p in drawn if int(p.answer) % 2 == 0][:4]
+    assert [p.prompt for p in col.problems[::2]] == [p.prompt for p in even]
+    assert col.group_ids.tolist() == [0, 0, 1, 1, 2, 2, 3, 3][: 2 * len(even)]
+    assert col.correct.view(-1, 2).float().mean(1).tolist() == [0.5] * len(even)
+
+
+def test_fingerprints_from_old_logprob_forward_match_manual():
+    tok = build_char_tokenizer()
+    model = build_policy(TINY, tok, seed=1).eval()
+    cfg = ChainTaskConfig()
+    probs = [make_problem((4, 7), ("+",)), make_problem((9, 3, 8, 1), ("-", "+", "-")), make_problem((5, 5), ("-",))]
+    import random
+
+    traces = [teacher_trace(probs[0], "verbose", random.Random(0), cfg), teacher_trace(probs[1], "concise", None, cfg)]
+    traces.append("5-5=0\nno answer here")  # no \boxed{: a NaN row
+    ids, mask = encode_prompts(tok, [p.prompt for p in probs])
+    rows = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in traces]
+    width = max(map(len, rows))
+    resp = torch.zeros(3, width, dtype=torch.long)
+    rmask = torch.zeros(3, width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        resp[i, : len(r)] = torch.tensor(r)
+        rmask[i, : len(r)] = 1
+    ro = Rollouts(ids, mask, resp, rmask, rmask.sum(-1), torch.zeros(3, dtype=torch.bool))
+    trainer = Trainer(model, tok, probs, make_train_config("meds", fingerprint_layers=2), verifier=None)
+    _, _, fp = trainer._old_logprobs(ro)
+    assert fp.shape == (3, 2) and torch.isnan(fp[2]).all() and not torch.isnan(fp[:2]).any()
+    w = model.get_output_embeddings().weight
+    for i in range(2):
+        seq = torch.tensor([tok.bos_token_id, *tok(probs[i].prompt, add_special_tokens=False)["input_ids"], *rows[i]])
+        prompt_len = len(seq) - len(rows[i])
+        p = traces[i].rindex("\\boxed{") + len("\\boxed{") - 1  # response index of the "{"
+        y = rows[i][p + 1]
+        with torch.no_grad():
+            hs = model(input_ids=seq[None], output_hidden_states=True).hidden_states
+        manual = torch.stack([hs[n][0, prompt_len + p] @ w[y] for n in (2, 3)])  # last 2 of 3 layers
+        assert torch.allclose(fp[i], manual, atol=1e-4), (fp[i], manual)
+
+
+@pytest.mark.parametrize("field", ["prompts_per_step", "group_size", "max_new_tokens"])
+def test_train_config_validation(field):
+    with pytest.raises(ValueError, match=field):
+        make_train_config("lead", **{field: 0})

@@ -1,0 +1,117 @@
+"""Comparison tables, the report writer, dataset loading and the CLI's argument handling."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dynashape.cli import _overrides, build_parser
+from dynashape.report.markdown import summarise_lambda, write_report
+from dynashape.report.tables import compare_markdown, summarise_runs
+from dynashape.train.data import load_dataset_problems
+
+
+def _eval(acc, length, aes, seed_shift=0.0):
+    base = {
+        "accuracy": 0.5,
+        "mean_length": 100.0,
+        "pass_at_k": {"1": 0.5, "2": 0.6, "4": 0.7},
+        "n_samples": 4,
+        "n_problems": 10,
+        "max_new_tokens": 256,
+        "temperature": 1.0,
+        "per_difficulty": {"2": {"accuracy": 0.9, "mean_length": 50.0}, "3": {"accuracy": 0.1, "mean_length": 150.0}},
+    }
+    final = dict(
+        base, accuracy=acc + seed_shift, mean_length=length, pass_at_k={"1": acc + seed_shift, "2": 0.8, "4": 0.9}
+    )
+    return {
+        "method": "lead",
+        "steps": 5,
+        "base": base,
+        "final": final,
+        "aes": aes,
+        "aes_constants": {"alpha": 1.0, "beta": 3.0, "gamma": 5.0, "on": "averages"},
+        "length_ratio": length / 100.0,
+        "accuracy_delta": acc - 0.5,
+        "wall_seconds": 12.0,
+    }
+
+
+def test_compare_table_mean_and_sd():
+    results = {"lead": [_eval(0.5, 60.0, 0.4), _eval(0.5, 80.0, 0.2, 0.1)], "grpo": [_eval(0.4, 90.0, None)]}
+    summary = summarise_runs(results)
+    assert summary["lead"]["length"] == [60.0, 80.0]
+    assert summary["lead"]["pass@n"] == [0.9, 0.9]
+    text = compare_markdown(results)
+    # mean 70, sample sd sqrt(((60-70)^2 + (80-70)^2) / 1) = 14.142
+    assert "| lead | 0.550 ± 0.071 | 70.000 ± 14.142 | 0.700 ± 0.141 | 0.300 ± 0.141 |" in text
+    assert "| grpo | 0.400 | 90.000 | 0.900 | nan |" in text
+    assert "53.36" in text and "66.72" in text  # the papers' rows travel with the table
+    with pytest.raises(ValueError, match="results"):
+        compare_markdown({})
+
+
+def test_write_report(tmp_path):
+    metrics = [
+        {
+            "step": float(i),
+            "accuracy": 0.5,
+            "length/mean": 50.0 - i,
+            "lead/lambda_l": 0.5 - 0.02 * i,
+            "lead/lambda_c": 0.5 + 0.02 * i,
+            "lead/target_len_mean": 40.0,
+            "lead/efficiency_correct_mean": 0.7,
+        }
+        for i in range(1, 13)
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    (tmp_path / "eval.json").write_text(json.dumps(_eval(0.55, 60.0, 0.7)))
+    path = write_report(tmp_path)
+    text = path.read_text()
+    assert "| base | 0.500 | 100.0 |" in text and "| final | 0.550 | 60.0 |" in text
+    assert "60.0%" in text  # length ratio
+    for png in ("accuracy_length.png", "lambdas.png", "lead_targets.png", "per_difficulty.png", "pass_at_k.png"):
+        assert (tmp_path / png).stat().st_size > 1000, png
+    lam = summarise_lambda(metrics)
+    assert lam["first"] == pytest.approx(0.48) and lam["last"] == pytest.approx(0.26)
+    assert lam["last10_mean"] == pytest.approx(sum(0.5 - 0.02 * i for i in range(3, 13)) / 10)
+
+
+def test_dataset_loader_jsonl_and_verl(tmp_path):
+    rows = [{"problem": f"What is {i}+1?", "answer": str(i + 1), "level": f"Level {i % 5 + 1}"} for i in range(30)]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    train, test = load_dataset_problems(path, seed=0)
+    assert len(test) == 3 and len(train) == 27
+    assert not {p.prompt for p in train} & {p.prompt for p in test}
+    assert test[0].prompt.endswith("?\n") and test[0].difficulty in range(1, 6)
+    verl = [
+        {"prompt": [{"role": "user", "content": "2+2?"}], "reward_model": {"ground_truth": "4"}, "split": "test"},
+        {"prompt": [{"role": "user", "content": "3+3?"}], "reward_model": {"ground_truth": "6"}, "split": "train"},
+    ]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(verl), tmp_path / "v.parquet")
+    train, test = load_dataset_problems(tmp_path / "v.parquet")
+    assert [(p.prompt, p.answer) for p in test] == [("2+2?\n", "4")]
+    assert [(p.prompt, p.answer) for p in train] == [("3+3?\n", "6")]
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"text": "x"}) + "\n")
+    with pytest.raises(ValueError, match="row 0 has no problem text"):
+        load_dataset_problems(tmp_path / "bad.jsonl")
+    with pytest.raises(ValueError, match="data_path"):
+        load_dataset_problems(tmp_path / "missing.csv")
+
+
+def test_cli_overrides_and_defaults():
+    assert _overrides(["lr=5e-4", "shaper_kwargs.b_max=80", "dynamic_sampling=true"]) == {
+        "lr": 5e-4,
+        "shaper_kwargs": {"b_max": 80},
+        "dynamic_sampling": True,
+    }
+    with pytest.raises(ValueError, match="key=value"):
+        _overrides(["lr"])
+    args = build_parser().parse_args(["train"])
+    assert args.method == "lead" and args.device == "cpu" and args.model is None
