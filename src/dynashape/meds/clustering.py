@@ -191,33 +191,25 @@ def fit_labels(
         return np.zeros(n, dtype=np.int64)
     if n < 2:
         return np.full(n, NOISE, dtype=np.int64)
+    # The official parameters; both libraries take them under the same names.
+    params = {
+        "min_cluster_size": min_cluster_size,
+        "min_samples": min_samples,
+        "metric": "euclidean",
+        "alpha": 1.0,
+        "cluster_selection_epsilon": 0.0,
+        "cluster_selection_method": "eom",
+        "allow_single_cluster": False,
+    }
     if backend == "sklearn":
         from sklearn.cluster import HDBSCAN
 
-        clusterer = HDBSCAN(
-            min_cluster_size=min_cluster_size,
-            min_samples=min_samples,
-            metric="euclidean",
-            alpha=1.0,
-            cluster_selection_epsilon=0.0,
-            cluster_selection_method="eom",
-            allow_single_cluster=False,
-            copy=True,
-        )
+        clusterer = HDBSCAN(**params, copy=True)
     elif backend == "hdbscan":
         import hdbscan
 
         # core_dist_n_jobs only parallelises core distances above 16,384 rows; 1 avoids nested pools.
-        clusterer = hdbscan.HDBSCAN(
-            min_cluster_size=min_cluster_size,
-            min_samples=min_samples,
-            metric="euclidean",
-            alpha=1.0,
-            cluster_selection_epsilon=0.0,
-            cluster_selection_method="eom",
-            allow_single_cluster=False,
-            core_dist_n_jobs=1,
-        )
+        clusterer = hdbscan.HDBSCAN(**params, core_dist_n_jobs=1)
     else:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     return np.asarray(clusterer.fit_predict(unit_rows), dtype=np.int64)

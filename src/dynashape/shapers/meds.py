@@ -24,7 +24,7 @@ from dynashape.shapers.lead import LeadConfig, lead_advantages, lead_metrics
 from dynashape.shapers.registry import register_shaper
 
 if TYPE_CHECKING:
-    from dynashape.meds.memory import ErrorMemory
+    from dynashape.meds.memory import ErrorMemory, MemoryConfig
 
 __all__ = ["LeadMedsConfig", "LeadMedsShaper", "MedsConfig", "MedsShaper"]
 
@@ -68,13 +68,12 @@ class MedsConfig:
             object.__setattr__(self, "beta", 2.0 * self.alpha)
         require_range("beta", self.beta, 0.0, None)
         require_choice("target", self.target, TARGETS)
-        # the memory validates the rest with messages naming the field
-        self.memory()
+        self.memory_config()  # the memory's own config validates the rest, naming the field
 
-    def memory(self) -> ErrorMemory:
-        from dynashape.meds.memory import ErrorMemory
+    def memory_config(self) -> MemoryConfig:
+        from dynashape.meds.memory import MemoryConfig
 
-        return ErrorMemory(
+        return MemoryConfig(
             k=self.k,
             min_cluster_size=self.min_cluster_size,
             min_samples=self.min_samples,
@@ -84,6 +83,11 @@ class MedsConfig:
             workers=self.workers,
             background=self.background,
         )
+
+    def memory(self) -> ErrorMemory:
+        from dynashape.meds.memory import ErrorMemory
+
+        return ErrorMemory.from_config(self.memory_config())
 
 
 class _MemoryPenalty:
