@@ -65,7 +65,8 @@ def test_warmup_loss_decreases_and_cache_reused(tmp_path):
 
 
 def _reference_sample(model, ids, mask, max_new, eos, pad, generator):
-    """No KV cache: re-run the full (left-padded) sequence every token; same draws as `sample`."""
+    """No KV cache, no compaction: re-run the full (left-padded) batch every token and draw, in row order, for
+    the unfinished rows only (the draw order ``sample`` promises)."""
     n = ids.shape[0]
     out = torch.full((n, max_new), pad, dtype=torch.long)
     finished = torch.zeros(n, dtype=torch.bool)
@@ -73,10 +74,12 @@ def _reference_sample(model, ids, mask, max_new, eos, pad, generator):
     for t in range(max_new):
         pos = (seq_mask.cumsum(-1) - 1).clamp(min=0)
         logits = model(input_ids=seq, attention_mask=seq_mask, position_ids=pos).logits[:, -1]
-        tok = torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=generator).squeeze(-1)
-        tok = torch.where(finished, torch.full_like(tok, pad), tok)
+        live = (~finished).nonzero().squeeze(1)
+        drawn = torch.multinomial(torch.softmax(logits[live].float(), -1), 1, generator=generator).squeeze(-1)
+        tok = torch.full((n,), pad, dtype=torch.long)
+        tok[live] = drawn
         out[:, t] = tok
-        finished |= tok == eos
+        finished[live[drawn == eos]] = True
         if finished.all():
             break
         seq = torch.cat([seq, tok[:, None]], 1)
@@ -84,10 +87,33 @@ def _reference_sample(model, ids, mask, max_new, eos, pad, generator):
     return out, finished
 
 
+@pytest.fixture(scope="module")
+def peaky(tok):
+    """A random policy with sharp next-token distributions (a random init is near uniform)."""
+    model = build_policy(TINY, tok, seed=1).eval()
+    with torch.no_grad():
+        model.model.norm.weight.mul_(12.0)
+    return model
+
+
+def _frequent_token(model, ids, mask) -> int:
+    """A token drawn at about 20 % of the steps: as EOS it ends rows early, at varied steps."""
+    ro = sample(
+        model, ids, mask, max_new_tokens=12, eos_token_id=-1, pad_token_id=0, generator=torch.Generator().manual_seed(0)
+    )
+    freq = torch.bincount(ro.response_ids.flatten(), minlength=128).float() / ro.response_ids.numel()
+    return int((freq - 0.2).abs().argmin())
+
+
+PROMPTS = ["47+38-12+9\n", "1+2\n", "300-25+7\n", "5-9\n", "8+8+8\n", "12-3\n", "6\n", "2+44-1\n"] * 2
+
+
 @torch.no_grad()
-def test_kv_cache_sampling_matches_reference(model, tok):
-    ids, mask = encode_prompts(tok, ["47+38-12+9\n", "1+2\n", "300-25+7\n"])
-    eos = 5  # make EOS a frequent character so that rows finish at different times
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+def test_kv_cache_sampling_matches_reference(peaky, tok, cache):
+    model = peaky
+    ids, mask = encode_prompts(tok, PROMPTS)
+    eos = _frequent_token(model, ids, mask)  # so that rows finish at different times
     got = sample(
         model,
         ids,
@@ -96,17 +122,29 @@ def test_kv_cache_sampling_matches_reference(model, tok):
         eos_token_id=eos,
         pad_token_id=0,
         generator=torch.Generator().manual_seed(3),
+        cache=cache,
     )
     ref, ref_finished = _reference_sample(model, ids, mask, 12, eos, 0, torch.Generator().manual_seed(3))
+    # the batch was compacted along the way (a quarter finished early) and some rows still ran to the cap
+    assert int((got.lengths < 12).sum()) >= 4 and bool(got.truncated.any())
     width = got.response_ids.shape[1]
     assert torch.equal(got.response_ids, ref[:, :width])
     assert torch.equal(got.truncated, ~ref_finished)
     # lengths count tokens up to and including EOS
-    for i in range(3):
+    for i in range(len(PROMPTS)):
         row = ref[i].tolist()
         expect = row.index(eos) + 1 if eos in row else 12
         assert int(got.lengths[i]) == expect
     assert torch.equal(got.response_mask.sum(-1), got.lengths)
+
+
+def test_static_and_dynamic_cache_agree_on_a_long_budget(model, tok):
+    ids, mask = encode_prompts(tok, PROMPTS)
+    kw = {"max_new_tokens": 40, "eos_token_id": tok.eos_token_id, "pad_token_id": 0}
+    a = sample(model, ids, mask, generator=torch.Generator().manual_seed(1), cache="static", **kw)
+    b = sample(model, ids, mask, generator=torch.Generator().manual_seed(1), cache="dynamic", **kw)
+    assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.lengths, b.lengths)
+    assert torch.equal(a.truncated, b.truncated)
 
 
 @torch.no_grad()
@@ -157,7 +195,9 @@ def test_concat_rollouts_repads():
     assert c.lengths.tolist() == [1, 2] and c.truncated.tolist() == [False, True]
 
 
-@pytest.mark.parametrize(("kw", "value"), [("temperature", 0.0), ("top_p", 0.0), ("max_new_tokens", 0)])
+@pytest.mark.parametrize(
+    ("kw", "value"), [("temperature", 0.0), ("top_p", 0.0), ("max_new_tokens", 0), ("cache", "paged")]
+)
 def test_sample_validation(model, tok, kw, value):
     ids, mask = encode_prompts(tok, ["1+2\n"])
     args = {"max_new_tokens": 4, "eos_token_id": 2, "pad_token_id": 0, kw: value}

@@ -82,6 +82,27 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
+def _new_cache(model: torch.nn.Module, max_len: int, kind: str) -> Any:
+    """A pre-allocated ``StaticCache`` when asked for (or ``auto`` and the model supports one), else None.
+
+    None lets the model build its default growing cache. Why static by default: the growing cache
+    concatenates every layer's keys and values at every token, which costs O(T^2) copies and was half of the
+    sampling time on a CPU; the static one writes each token in place.
+    """
+    if kind == "dynamic":
+        return None
+    try:
+        from transformers import StaticCache
+
+        if not getattr(model, "_can_compile_fullgraph", False):  # transformers' mark of static-cache support
+            raise TypeError(f"{type(model).__name__} does not declare static-cache support")
+        return StaticCache(config=model.config, max_cache_len=max_len)  # transformers >= 5 signature
+    except (ImportError, TypeError, ValueError) as err:
+        if kind == "static":
+            raise ValueError(f"cache='static' is not available for this model / transformers: {err}") from err
+        return None
+
+
 @torch.no_grad()
 def sample(
     model: torch.nn.Module,
@@ -94,14 +115,21 @@ def sample(
     temperature: float = 1.0,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
+    cache: str = "auto",
 ) -> Rollouts:
     """Sample one response per prompt row with a KV cache (ancestral sampling at ``temperature``).
+
+    At each token one draw is made for every unfinished row, in row order (finished rows draw nothing), so the
+    tokens depend on the generator and the model only, not on how the batch is laid out in memory. Finished
+    rows are dropped from the batch (and from the cache) once a quarter of it has finished, so late tokens
+    cost in proportion to the rows still writing.
 
     Args:
         prompt_ids, prompt_mask: LongTensor [N, P], left-padded (see ``encode_prompts``).
         max_new_tokens: response cap; a row without EOS by then is ``truncated``.
         temperature: softmax temperature (> 0). top_p: nucleus mass kept (1.0 = off).
         generator: torch.Generator on the model's device, for reproducible draws (resume).
+        cache: ``"auto"`` (static cache when the model supports it), ``"static"`` or ``"dynamic"``.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -109,50 +137,68 @@ def sample(
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if cache not in ("auto", "static", "dynamic"):
+        raise ValueError(f"cache must be 'auto', 'static' or 'dynamic', got {cache!r}")
     device = prompt_ids.device
-    n = prompt_ids.shape[0]
-    mask = prompt_mask
+    n, p = prompt_ids.shape
+    kv = _new_cache(model, p + max_new_tokens, cache)
+    static = kv is not None
+    cache_kw = _cache_keyword(model)
+    # The attention mask of every position the cache can hold; a static cache attends over all of them.
+    full_mask = torch.zeros((n, p + max_new_tokens), dtype=prompt_mask.dtype, device=device)
+    full_mask[:, :p] = prompt_mask
+    extra = {} if kv is None else {cache_kw: kv, "cache_position": torch.arange(p, device=device)}
     out = model(
         input_ids=prompt_ids,
-        attention_mask=mask,
-        position_ids=_positions(mask),
+        attention_mask=prompt_mask,
+        position_ids=_positions(prompt_mask),
         use_cache=True,
         logits_to_keep=1,
+        **extra,
     )
-    cache_kw = _cache_keyword(model)
-    past, logits = _cache_of(out), out.logits[:, -1]
-    next_pos = mask.sum(-1, keepdim=True)  # position of the first response token
+    kv = _cache_of(out)
+    logits = out.logits[:, -1]
+    next_pos = prompt_mask.sum(-1, keepdim=True)  # position of the first response token, per row
     tokens = torch.full((n, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
-    finished = torch.zeros(n, dtype=torch.bool, device=device)
     lengths = torch.zeros(n, dtype=torch.long, device=device)
-    ones = torch.ones((n, 1), dtype=mask.dtype, device=device)
+    rows = torch.arange(n, device=device)  # original index of each row still in the batch
+    live = torch.ones(n, dtype=torch.bool, device=device)  # per batch row: not finished yet
     for t in range(max_new_tokens):
-        probs = torch.softmax(logits.float() / temperature, dim=-1)
+        live_rows = live.nonzero().squeeze(1)
+        probs = torch.softmax(logits[live_rows].float() / temperature, dim=-1)
         if top_p < 1.0:
             sorted_p, order = probs.sort(dim=-1, descending=True)
             drop = sorted_p.cumsum(-1) - sorted_p > top_p  # keep the smallest prefix reaching top_p
             sorted_p = sorted_p.masked_fill(drop, 0.0)
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-        tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        tok = torch.where(finished, torch.full_like(tok, pad_token_id), tok)
-        tokens[:, t] = tok
-        lengths += (~finished).long()
-        finished |= tok == eos_token_id
-        if bool(finished.all()) or t == max_new_tokens - 1:
+        drawn = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        tokens[rows[live_rows], t] = drawn
+        lengths[rows[live_rows]] += 1
+        live[live_rows[drawn == eos_token_id]] = False
+        n_live = int(live.sum())
+        if n_live == 0 or t == max_new_tokens - 1:
             break
-        mask = torch.cat([mask, ones], dim=1)
+        if n_live <= 3 * len(rows) // 4:  # compact: drop finished rows from the batch and the cache
+            keep = live.nonzero().squeeze(1)
+            kv.reorder_cache(keep)
+            rows, live, full_mask, next_pos = rows[keep], live[keep], full_mask[keep], next_pos[keep]
+        step_tokens = tokens[rows, t].masked_fill(~live, pad_token_id)[:, None]
+        full_mask[:, p + t] = 1
+        extra = {"cache_position": torch.tensor([p + t], device=device)} if static else {}
         out = model(
-            input_ids=tok[:, None],
-            attention_mask=mask,
+            input_ids=step_tokens,
+            attention_mask=full_mask if static else full_mask[:, : p + t + 1],
             position_ids=next_pos + t,
             use_cache=True,
-            **{cache_kw: past},
+            **{cache_kw: kv},
+            **extra,
         )
-        past, logits = _cache_of(out), out.logits[:, -1]
+        kv, logits = _cache_of(out), out.logits[:, -1]
     width = int(lengths.max())
     response_ids = tokens[:, :width]
     response_mask = (torch.arange(width, device=device)[None, :] < lengths[:, None]).long()
-    return Rollouts(prompt_ids, prompt_mask, response_ids, response_mask, lengths, ~finished)
+    truncated = (lengths == max_new_tokens) & (tokens[:, -1] != eos_token_id)
+    return Rollouts(prompt_ids, prompt_mask, response_ids, response_mask, lengths, truncated)
 
 
 @dataclass(frozen=True)
