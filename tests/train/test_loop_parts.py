@@ -96,7 +96,8 @@ def test_fingerprints_from_old_logprob_forward_match_manual():
         rmask[i, : len(r)] = 1
     ro = Rollouts(ids, mask, resp, rmask, rmask.sum(-1), torch.zeros(3, dtype=torch.bool))
     trainer = Trainer(model, tok, probs, make_train_config("meds", fingerprint_layers=2), verifier=None)
-    _, _, fp = trainer._old_logprobs(ro)
+    with torch.no_grad():
+        _, fp = trainer._scored_forward(ro)
     assert fp.shape == (3, 2) and torch.isnan(fp[2]).all() and not torch.isnan(fp[:2]).any()
     w = model.get_output_embeddings().weight
     for i in range(2):
@@ -108,6 +109,49 @@ def test_fingerprints_from_old_logprob_forward_match_manual():
             hs = model(input_ids=seq[None], output_hidden_states=True).hidden_states
         manual = torch.stack([hs[n][0, prompt_len + p] @ w[y] for n in (2, 3)])  # last 2 of 3 layers
         assert torch.allclose(fp[i], manual, atol=1e-4), (fp[i], manual)
+    # the fused update runs the same forward with gradients: same fingerprints, log-probs with a graph
+    stats, fp_grad = trainer._scored_forward(ro)
+    assert torch.equal(fp_grad.isnan(), fp.isnan()) and torch.allclose(fp_grad[:2], fp[:2], atol=1e-6)
+    assert stats.logprobs.requires_grad and not fp_grad.requires_grad
+
+
+@pytest.mark.parametrize("method", ["lead", "drpo"])
+def test_fused_update_equals_separate_old_logprob_pass(method, parity_verifier, monkeypatch):
+    """One mini-batch, one epoch: taking the old log-probs from the update's forward changes nothing but the
+    number of forwards."""
+    import copy
+
+    from dynashape.train import loop
+
+    tok = build_char_tokenizer()
+    model = build_policy(TINY, tok, seed=2)
+    problems = make_splits(ChainTaskConfig(n_train=40, n_test_per_difficulty=1))[0]
+    forwards = {"n": 0}
+    real = loop.sequence_logprobs
+
+    def counted(*args, **kwargs):
+        forwards["n"] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "sequence_logprobs", counted)
+    runs = {}
+    for fuse in (True, False):
+        cfg = make_train_config(
+            method, prompts_per_step=4, group_size=4, max_new_tokens=12, mini_batches=1, fuse_old_logprobs=fuse
+        )
+        trainer = Trainer(copy.deepcopy(model), tok, problems, cfg, parity_verifier)
+        forwards["n"] = 0
+        steps = [trainer.step().metrics for _ in range(2)]
+        runs[fuse] = (steps, forwards["n"], trainer.model.state_dict())
+    (fused, n_fused, w_fused), (separate, n_separate, w_separate) = runs[True], runs[False]
+    assert (n_fused, n_separate) == (2, 4)  # one scored forward per step instead of two
+    assert all(m["groups_kept"] > 0 for m in fused)
+    for a, b in zip(fused, separate, strict=True):
+        for k in a:
+            if not k.startswith("time/"):
+                assert a[k] == pytest.approx(b[k], rel=1e-5, abs=1e-6), k
+    for k in w_fused:
+        assert torch.allclose(w_fused[k], w_separate[k], atol=1e-6), k
 
 
 @pytest.mark.parametrize("field", ["prompts_per_step", "group_size", "max_new_tokens"])

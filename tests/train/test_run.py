@@ -10,57 +10,9 @@ import pytest
 import torch
 
 from dynashape.train import checkpoint as ckpt
-from dynashape.train.config import EvalConfig, RunConfig
-from dynashape.train.policy import ModelConfig, WarmupConfig
+from dynashape.train.config import RunConfig
 from dynashape.train.presets import PRESETS, make_train_config
 from dynashape.train.run import read_metrics, train
-from dynashape.train.task import ChainTaskConfig
-
-TINY_MODEL = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64)
-
-
-def tiny_config(method: str, cache_dir, task_kw=None, **overrides) -> RunConfig:
-    train_kw = {
-        "steps": 3,
-        "prompts_per_step": 4,
-        "group_size": 4,
-        "max_new_tokens": 24,
-        "overlong_buffer": 4,
-        "mini_batches": 2,
-        "checkpoint_every": 0,
-        **overrides,
-    }
-    if PRESETS[method].get("fingerprint_layers"):
-        train_kw.setdefault("fingerprint_layers", 2)
-    return RunConfig(
-        task=ChainTaskConfig(n_train=100, n_test_per_difficulty=1, max_digits=1, **(task_kw or {})),
-        model=TINY_MODEL,
-        warmup=WarmupConfig(steps=40, batch_size=16, lr=1e-2),
-        train=make_train_config(method, **train_kw),
-        eval=EvalConfig(n_samples=2, max_new_tokens=24),
-        cache_dir=str(cache_dir),
-    )
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("base-cache")
-
-
-class ParityVerifier:
-    """Deterministic stand-in for the math verifier: a response is 'correct' when its character sum is even.
-
-    A tiny, barely trained model never solves a problem, so with the real verifier every group is uniform and
-    dynamic sampling, MEDS memory and the length channels would never see a mixed group.
-    """
-
-    def verify(self, golds, responses):
-        from dynashape.rewards import Reason, Verdict
-
-        return [
-            Verdict(sum(map(ord, r)) % 2 == 0, None, Reason.MATCH if sum(map(ord, r)) % 2 == 0 else Reason.MISMATCH)
-            for r in responses
-        ]
 
 
 def _flat_finite(metrics):
@@ -70,12 +22,12 @@ def _flat_finite(metrics):
 
 
 @pytest.mark.parametrize("method", list(PRESETS))
-def test_preset_three_steps(method, cache, tmp_path):
+def test_preset_three_steps(method, tiny_config, parity_verifier, tmp_path):
     result = train(
-        tiny_config(method, cache),
+        tiny_config(method),
         tmp_path / method,
         progress=False,
-        verifier=ParityVerifier(),
+        verifier=parity_verifier,
         report=method == "lead",
     )
     assert [m["step"] for m in result.metrics] == [1.0, 2.0, 3.0]
@@ -100,7 +52,7 @@ def test_preset_three_steps(method, cache, tmp_path):
     last = ckpt.latest_checkpoint(run / "checkpoints")
     assert last is not None and last.name == "step_3"
     assert sorted(p.name for p in last.iterdir()) == sorted(ckpt.CHECKPOINT_FILES)
-    state = ckpt.load(last, cfg_hash=ckpt.config_hash(tiny_config(method, cache).to_dict()))
+    state = ckpt.load(last, cfg_hash=ckpt.config_hash(tiny_config(method).to_dict()))
     assert set(state.state) >= {"step", "stream", "generator", "torch_rng", "shaper"}
     assert state.optimizer["state"], "optimizer moments saved"
     if method.startswith("lead"):
@@ -114,30 +66,37 @@ def _strip_time(metrics):
     return [{k: v for k, v in m.items() if not (k.startswith("time/") or k.endswith("seconds"))} for m in metrics]
 
 
-@pytest.mark.parametrize("method", ["lead_meds"])  # LEAD's EMA and MEDS's memory both in the state
-def test_resume_is_bit_identical(method, cache, tmp_path):
+# LEAD's EMA and MEDS's memory both in the state; two mini-batches (separate old-log-prob pass) and one (fused)
+@pytest.mark.parametrize(("method", "mini_batches"), [("lead_meds", 2), ("lead_meds", 1)])
+def test_resume_is_bit_identical(method, mini_batches, tiny_config, parity_verifier, tmp_path):
     # shortcut-heavy teacher: the tiny model learns to open with \\boxed{, so MEDS gets fingerprints
-    cfg = tiny_config(method, cache, task_kw={"shortcut_prob": 0.9, "slip_prob": 0.1}, steps=4, checkpoint_every=2)
-    full = train(cfg, tmp_path / "full", progress=False, verifier=ParityVerifier(), report=False)
+    cfg = tiny_config(
+        method,
+        task_kw={"shortcut_prob": 0.9, "slip_prob": 0.1},
+        steps=4,
+        checkpoint_every=2,
+        mini_batches=mini_batches,
+    )
+    full = train(cfg, tmp_path / "full", progress=False, verifier=parity_verifier, report=False)
     # killed after step 3: the last checkpoint is step 2, step 3 is redone
-    part = train(cfg, tmp_path / "part", progress=False, stop_after=3, verifier=ParityVerifier())
+    part = train(cfg, tmp_path / "part", progress=False, stop_after=3, verifier=parity_verifier)
     assert part.eval is None and len(part.metrics) == 3
-    resumed = train(cfg, tmp_path / "part", progress=False, verifier=ParityVerifier(), report=False)
+    resumed = train(cfg, tmp_path / "part", progress=False, verifier=parity_verifier, report=False)
     assert resumed.resumed_from == 2
     assert _strip_time(read_metrics(tmp_path / "part")) == _strip_time(full.metrics)
     a = torch.load(tmp_path / "full/checkpoints/step_4/model.pt")
     b = torch.load(tmp_path / "part/checkpoints/step_4/model.pt")
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert resumed.eval["final"] == full.eval["final"]
-    again = train(cfg, tmp_path / "full", progress=False, verifier=ParityVerifier(), report=False)
+    again = train(cfg, tmp_path / "full", progress=False, verifier=parity_verifier, report=False)
     assert again.resumed_from == 4 and again.eval == full.eval  # a finished run is not redone
     assert full.metrics[1]["meds/points"] > 0, "the error memory was filled before the checkpoint at step 2"
     state = ckpt.load(tmp_path / "part/checkpoints/step_2", cfg_hash=ckpt.config_hash(cfg.to_dict())).state
     assert state["shaper"], "shaper state (LEAD EMA + MEDS memory) is in the checkpoint"
 
 
-def test_corrupt_checkpoint_is_refused_and_kept(cache, tmp_path):
-    cfg = tiny_config("grpo", cache, steps=2, checkpoint_every=1)
+def test_corrupt_checkpoint_is_refused_and_kept(tiny_config, tmp_path):
+    cfg = tiny_config("grpo", steps=2, checkpoint_every=1)
     train(cfg, tmp_path / "run", progress=False, stop_after=2)
     bad = tmp_path / "run/checkpoints/step_2/model.pt"
     bad.write_bytes(b"not a checkpoint")
@@ -149,14 +108,14 @@ def test_corrupt_checkpoint_is_refused_and_kept(cache, tmp_path):
         train(cfg, tmp_path / "run", progress=False)
 
 
-def test_incompatible_config_is_refused(cache, tmp_path):
-    cfg = tiny_config("grpo", cache, steps=1, checkpoint_every=1)
+def test_incompatible_config_is_refused(tiny_config, tmp_path):
+    cfg = tiny_config("grpo", steps=1, checkpoint_every=1)
     train(cfg, tmp_path / "run", progress=False, stop_after=1)
-    other = tiny_config("grpo", cache, steps=1, checkpoint_every=1, lr=5e-4)
+    other = tiny_config("grpo", steps=1, checkpoint_every=1, lr=5e-4)
     with pytest.raises(ckpt.CheckpointError, match="different config"):
         train(other, tmp_path / "run", progress=False)
     # more steps on the same trajectory is allowed
-    longer = tiny_config("grpo", cache, steps=2, checkpoint_every=1)
+    longer = tiny_config("grpo", steps=2, checkpoint_every=1)
     res = train(longer, tmp_path / "run", progress=False, report=False)
     assert res.resumed_from == 1 and [m["step"] for m in res.metrics] == [1.0, 2.0]
 
@@ -183,16 +142,16 @@ def test_make_train_config_merges_and_validates():
     assert RunConfig.from_dict(RunConfig().to_dict()) == RunConfig()
 
 
-def test_model_path_runs_any_local_causal_lm(cache, tmp_path):
+def test_model_path_runs_any_local_causal_lm(base_cache, tiny_config, parity_verifier, tmp_path):
     """--model: a saved Hugging Face causal LM (here the cached tiny base) is loaded and trained as is."""
     import dataclasses
 
     from dynashape.train.policy import base_model_key
 
-    cfg = tiny_config("grpo", cache, steps=1)
-    train(cfg, tmp_path / "a", progress=False, verifier=ParityVerifier(), report=False)  # makes the cache entry
-    path = cache / f"base-{base_model_key(cfg.task, cfg.model, cfg.warmup)}"
+    cfg = tiny_config("grpo", steps=1)
+    train(cfg, tmp_path / "a", progress=False, verifier=parity_verifier, report=False)  # makes the cache entry
+    path = base_cache / f"base-{base_model_key(cfg.task, cfg.model, cfg.warmup)}"
     other = dataclasses.replace(cfg, model_path=str(path))
-    res = train(other, tmp_path / "b", progress=False, verifier=ParityVerifier(), report=False)
+    res = train(other, tmp_path / "b", progress=False, verifier=parity_verifier, report=False)
     assert res.eval["base_model"]["source"] == str(path)
     assert res.eval["base"] == json.loads((tmp_path / "a/eval.json").read_text())["base"]  # same weights

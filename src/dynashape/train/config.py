@@ -113,6 +113,10 @@ class TrainConfig:
     """Optimiser steps per RL step (the batch is split by prompt groups)."""
     ppo_epochs: int = 1
     """Passes over the batch per RL step."""
+    fuse_old_logprobs: bool = True
+    """With one mini-batch and one epoch, take the old log-probs (and MEDS fingerprints) from the update's own
+    forward, detached, as TRL does, instead of a separate no-grad pass (verl's way): the same loss and gradient
+    for one forward fewer. No effect otherwise."""
     seed: int = 0
     """Seed of data order, sampling and shaper."""
     checkpoint_every: int = 20

@@ -19,7 +19,14 @@ from typing import Any
 import torch
 
 from dynashape.train.config import TrainConfig
-from dynashape.train.rollout import Rollouts, concat_rollouts, encode_prompts, sample, sequence_logprobs
+from dynashape.train.rollout import (
+    Rollouts,
+    TokenStats,
+    concat_rollouts,
+    encode_prompts,
+    sample,
+    sequence_logprobs,
+)
 from dynashape.train.task import Problem
 
 __all__ = ["PromptStream", "StepOutput", "Trainer", "reward_columns"]
@@ -236,13 +243,15 @@ class Trainer:
         group_ids = torch.arange(n_groups).repeat_interleave(g)
         return _Collected(merged, problems, group_ids, torch.cat([k[2] for k in kept]), rounds, sampled)
 
-    @torch.no_grad()
-    def _old_logprobs(self, rollouts: Rollouts) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Old log-probs and entropy [N, T]; MEDS fingerprints [N, D] ride along on the same forward."""
+    def _scored_forward(self, rollouts: Rollouts) -> tuple[TokenStats, torch.Tensor | None]:
+        """Log-probs and entropy [N, T] of the responses; MEDS fingerprints [N, D] ride along on the same forward.
+
+        Runs with gradients when the caller has them enabled (the fused on-policy update) and without under
+        ``no_grad`` (the separate old-log-prob pass); the fingerprint hooks read detached values either way.
+        """
         layers = self.cfg.fingerprint_layers
         if layers is None:
-            stats = sequence_logprobs(self.model, rollouts, with_entropy=True, temperature=self.cfg.temperature)
-            return stats.logprobs, stats.entropy, None  # type: ignore[return-value]
+            return sequence_logprobs(self.model, rollouts, with_entropy=True, temperature=self.cfg.temperature), None
         from dynashape.meds.capture import FingerprintCapture
         from dynashape.meds.positions import answer_positions, answer_targets
 
@@ -252,7 +261,7 @@ class Trainer:
         positions = torch.where(p >= 0, p + width, -1)  # prompt is left-padded to `width`
         with FingerprintCapture(self.model, positions, y, layers=layers) as capture:
             stats = sequence_logprobs(self.model, rollouts, with_entropy=True, temperature=self.cfg.temperature)
-        return stats.logprobs, stats.entropy, capture.result()  # type: ignore[return-value]
+        return stats, capture.result()
 
     def _update(
         self,
@@ -262,8 +271,13 @@ class Trainer:
         advantages: torch.Tensor,
         old_logprobs: torch.Tensor,
         ref_logprobs: torch.Tensor | None,
+        fused: TokenStats | None = None,
     ) -> dict[str, float]:
-        """``ppo_epochs`` passes of ``mini_batches`` AdamW steps over whole groups; returns mean diagnostics."""
+        """``ppo_epochs`` passes of ``mini_batches`` AdamW steps over whole groups; returns mean diagnostics.
+
+        ``fused``: the statistics of a forward over all of ``rollouts`` already run with gradients (the single
+        on-policy update, see ``step``); the one mini-batch of the one epoch uses it instead of a new forward.
+        """
         from dynashape.drpo import drpo_loss
         from dynashape.losses import entropy_advantage, policy_loss
 
@@ -282,7 +296,10 @@ class Trainer:
                 mb = rollouts.select(rows.to(rollouts.lengths.device))
                 t = mb.response_ids.shape[1]
                 old, mask = old_logprobs[rows, :t], mb.response_mask
-                stats = sequence_logprobs(self.model, mb, with_entropy=need_entropy, temperature=cfg.temperature)
+                if fused is not None:
+                    stats = fused
+                else:
+                    stats = sequence_logprobs(self.model, mb, with_entropy=need_entropy, temperature=cfg.temperature)
                 if cfg.loss == "drpo":
                     out = drpo_loss(
                         stats.logprobs,
@@ -357,8 +374,15 @@ class Trainer:
         if col.rollouts is not None:
             rollouts, lengths = col.rollouts, col.rollouts.lengths.cpu()
 
+            # One on-policy update (one mini-batch, one epoch): the old log-probs are the detached log-probs of
+            # the update's own forward (ratio 1, the same gradient), so that forward runs once, with gradients,
+            # before the shaper (its time is then the update's forward). Otherwise a separate no-grad pass.
+            fuse = cfg.fuse_old_logprobs and cfg.mini_batches == 1 and cfg.ppo_epochs == 1
             t0 = time.perf_counter()
-            old_logprobs, entropy, fingerprints = self._old_logprobs(rollouts)
+            self.model.train(fuse)
+            with torch.set_grad_enabled(fuse):
+                stats, fingerprints = self._scored_forward(rollouts)
+            old_logprobs, entropy = stats.logprobs.detach(), stats.entropy.detach()  # type: ignore[union-attr]
             ref_logprobs = None
             if self.ref_model is not None:
                 with torch.no_grad():
@@ -383,7 +407,15 @@ class Trainer:
 
             t0 = time.perf_counter()
             metrics.update(
-                self._update(rollouts, col.group_ids, col.correct, shaped.advantages, old_logprobs, ref_logprobs)
+                self._update(
+                    rollouts,
+                    col.group_ids,
+                    col.correct,
+                    shaped.advantages,
+                    old_logprobs,
+                    ref_logprobs,
+                    fused=stats if fuse else None,
+                )
             )
             timings["update"] = time.perf_counter() - t0
         self.step_index += 1
