@@ -5,14 +5,17 @@
     run_dir/checkpoints/step_N/  model, optimiser, RNG, data position, shaper state
     run_dir/eval.json            base vs final on the held-out split, AES
     run_dir/report.md, *.png     plots (``dynashape.report``)
-    run_dir/tb/                  TensorBoard events when tensorboard is installed
+    run_dir/tb/                  TensorBoard scalars, when tensorboard is installed (``dynashape[tensorboard]``)
 
 Starting a run on a folder that has checkpoints continues from the last one; the resumed steps reproduce
 the uninterrupted run's metrics exactly on CPU (same RNG states, data position, optimiser and shaper state).
+metrics.jsonl drops the steps after that checkpoint and tb/ gets a new event file that tells TensorBoard to
+drop them too, so both hold each step once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -173,10 +176,7 @@ def train(
             rewards pass their own.
         report: write report.md and its plots at the end.
     """
-    from dynashape.metrics import aes
-    from dynashape.report.evaluation import evaluate
     from dynashape.rewards import MathVerifier
-    from dynashape.train.loop import Trainer
 
     start_wall = time.perf_counter()
     run_dir = Path(run_dir)
@@ -184,8 +184,51 @@ def train(
     cfg_hash = _write_config(run_dir, cfg)
     model, tokenizer, train_problems, test_problems, base = load_base(cfg, progress=progress)
     own_verifier = verifier is None
-    if own_verifier:
-        verifier = MathVerifier(timeout=5.0, workers=1)
+    with contextlib.ExitStack() as owned:  # the verifier this call starts is closed on every way out
+        if own_verifier:
+            verifier = owned.enter_context(MathVerifier(timeout=5.0, workers=1))
+        return _train(
+            cfg,
+            run_dir,
+            cfg_hash,
+            model,
+            tokenizer,
+            train_problems,
+            test_problems,
+            base,
+            verifier,
+            own_verifier=own_verifier,
+            progress=progress,
+            stop_after=stop_after,
+            on_step=on_step,
+            report=report,
+            start_wall=start_wall,
+        )
+
+
+def _train(
+    cfg: RunConfig,
+    run_dir: Path,
+    cfg_hash: str,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    train_problems: Any,
+    test_problems: Any,
+    base: Any,
+    verifier: Any,
+    *,
+    own_verifier: bool,
+    progress: bool,
+    stop_after: int | None,
+    on_step: Callable[[dict[str, float]], None] | None,
+    report: bool,
+    start_wall: float,
+) -> RunResult:
+    """``train`` once the base model is loaded and the verifier is open."""
+    from dynashape.metrics import aes
+    from dynashape.report.evaluation import evaluate
+    from dynashape.train.loop import Trainer
+
     # A caller's own verifier may judge differently: its base evaluation is not cached.
     base_eval = evaluate_base(cfg, model, tokenizer, test_problems, verifier, base, use_cache=own_verifier)
 
@@ -218,44 +261,42 @@ def train(
     if trainer.step_index >= total and done.exists():  # a finished run: report what it measured
         previous = json.loads(done.read_text())
         if previous.get("steps") == trainer.step_index:
-            if own_verifier:
-                verifier.close()
             return RunResult(run_dir, previous, metrics, resumed_from)
-    writer = _tensorboard(run_dir)
+    writer = _tensorboard(run_dir, first_step=trainer.step_index + 1)
     bar = _bar(total, f"train {cfg.train.method}", progress)
     if bar:
         bar.update(trainer.step_index)
     done_here = 0
-    with (run_dir / "metrics.jsonl").open("a") as out:
-        while trainer.step_index < total and (stop_after is None or done_here < stop_after):
-            m = trainer.step().metrics
-            done_here += 1
-            metrics.append(m)
-            out.write(json.dumps(m) + "\n")
-            out.flush()
-            if writer is not None:
-                for k, v in m.items():
-                    writer.add_scalar(k, v, trainer.step_index)
-            if bar:
-                bar.update(1)
-                bar.set_postfix(_postfix(m))
-            if on_step is not None:
-                on_step(m)
-            every = cfg.train.checkpoint_every
-            if trainer.step_index == total or (every and trainer.step_index % every == 0):
-                _save(ckpt_dir, trainer, cfg_hash)
-    if bar:
-        bar.close()
-    if writer is not None:
-        writer.close()
+    try:
+        with (run_dir / "metrics.jsonl").open("a") as out:
+            while trainer.step_index < total and (stop_after is None or done_here < stop_after):
+                m = trainer.step().metrics
+                done_here += 1
+                metrics.append(m)
+                out.write(json.dumps(m) + "\n")
+                out.flush()
+                if writer is not None:  # every metric but the step itself, at its step, on disk now
+                    for k, v in m.items():
+                        if k != "step":
+                            writer.add_scalar(k, v, trainer.step_index)
+                    writer.flush()
+                if bar:
+                    bar.update(1)
+                    bar.set_postfix(_postfix(m))
+                if on_step is not None:
+                    on_step(m)
+                every = cfg.train.checkpoint_every
+                if trainer.step_index == total or (every and trainer.step_index % every == 0):
+                    _save(ckpt_dir, trainer, cfg_hash)
+    finally:  # also on an exception or Ctrl-C
+        if bar:
+            bar.close()
+        if writer is not None:
+            writer.close()
     if trainer.step_index < total:
-        if own_verifier:
-            verifier.close()
         return RunResult(run_dir, None, metrics, resumed_from)
 
     final_eval = evaluate(model, tokenizer, test_problems, cfg.eval, verifier, device=cfg.device)
-    if own_verifier:
-        verifier.close()
     score = None  # AES is undefined for a base model with zero accuracy or zero length
     if base_eval["accuracy"] > 0 and base_eval["mean_length"] > 0:
         score = aes(final_eval["accuracy"], final_eval["mean_length"], base_eval["accuracy"], base_eval["mean_length"])
@@ -311,9 +352,16 @@ def _postfix(m: dict[str, float]) -> dict[str, str]:
     return out
 
 
-def _tensorboard(run_dir: Path) -> Any:
+def _tensorboard(run_dir: Path, *, first_step: int) -> Any:
+    """A writer on ``run_dir/tb`` whose steps start at ``first_step``; None when tensorboard is not installed.
+
+    ``purge_step`` writes a restart marker at ``first_step``: TensorBoard drops the events that earlier
+    invocations wrote at that step or later (the steps a resume redoes, or a run started over without a
+    checkpoint) and keeps the ones before it. (It reads the files in name order, which begins with the second
+    each was created in: two invocations started within the same second may not be told apart.)
+    """
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # tensorboard is optional
         return None
-    return SummaryWriter(str(run_dir / "tb"))
+    return SummaryWriter(str(run_dir / "tb"), purge_step=first_step)
