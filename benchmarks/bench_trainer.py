@@ -4,6 +4,9 @@
    Qwen2, prompts and lengths (response tokens per second, ratio).
 2. The whole RL step (sample, verify, old log-probs, shaper, update): our ``Trainer.step`` vs TRL's
    ``GRPOTrainer`` on the same model, batch (prompts x G) and completion cap (tokens per second, ratio).
+   Both do the same algorithmic work: one optimiser step per generation batch (ours with ``mini_batches=1``,
+   TRL's default), no reference model, entropy computed. Both are timed per step after a first warm-up step
+   (TRL's with a callback around each optimiser step), over the same number of steps.
    TRL lives in a separate environment; without it that half is skipped with a message.
 
     .venv/bin/python benchmarks/bench_trainer.py                  # defaults: a couple of minutes on 2 cores
@@ -62,25 +65,34 @@ def bench_sampling(model, tok, prompts, max_new: int, repeats: int) -> tuple[flo
     return best_ours, best_hf
 
 
-def bench_ours(model, tok, problems, args) -> float:
+def bench_ours(model, tok, problems, args) -> tuple[float, dict[str, float]]:
+    """Response tokens per second over ``args.steps`` steps after a warm-up one, and seconds per step by phase."""
     cfg = make_train_config(
-        "lead", prompts_per_step=args.prompts, group_size=args.group, max_new_tokens=args.max_new, steps=args.steps
+        "lead",
+        prompts_per_step=args.prompts,
+        group_size=args.group,
+        max_new_tokens=args.max_new,
+        steps=args.steps,
+        mini_batches=1,  # one optimiser step per generation batch, as TRL's default
     )
     with MathVerifier(workers=1) as verifier:
         trainer = Trainer(model, tok, problems, cfg, verifier)
         trainer.step()  # warm-up step (allocator, first-call overheads)
-        tokens, seconds = 0, 0.0
+        tokens, phases = 0, dict.fromkeys(("step", "sample", "old_logprob", "update"), 0.0)
         for _ in range(args.steps):
             out = trainer.step()
             tokens += int(out.lengths.sum())
-            seconds += out.metrics["time/step"]
-    return tokens / seconds
+            for k in phases:
+                phases[k] += out.metrics[f"time/{k}"] / args.steps
+    return tokens / (phases["step"] * args.steps), phases
 
 
-def bench_trl(model, tok, problems, args) -> float | None:
+def bench_trl(model, tok, problems, args) -> tuple[float, dict[str, float]] | None:
+    """As ``bench_ours`` for TRL's GRPOTrainer (phases: the whole step and its ``model.generate`` calls)."""
     try:
         import trl  # noqa: F401
         from datasets import Dataset
+        from transformers import TrainerCallback
         from trl import GRPOConfig, GRPOTrainer
     except ImportError:
         print(
@@ -95,7 +107,11 @@ def bench_trl(model, tok, problems, args) -> float | None:
     def reward(completions, answer, **_):
         return [float(v.correct) for v in verifier.verify(list(answer), list(completions))]
 
-    data = Dataset.from_list([{"prompt": p.prompt, "answer": p.answer} for p in problems[: 64 * args.prompts]])
+    # The BOS our trainer prepends, written into the text, so that both see the same prompt ids (and, from the
+    # same weights, the same response-length distribution).
+    data = Dataset.from_list(
+        [{"prompt": tok.bos_token + p.prompt, "answer": p.answer} for p in problems[: 64 * args.prompts]]
+    )
     cfg = GRPOConfig(
         output_dir="/tmp/bench_trl",
         per_device_train_batch_size=args.prompts * args.group,
@@ -110,18 +126,42 @@ def bench_trl(model, tok, problems, args) -> float | None:
         save_strategy="no",
         bf16=False,
     )
+
+    class StepTimer(TrainerCallback):
+        """Wall time of each optimiser step (generation, rewards, loss, backward, AdamW)."""
+
+        def __init__(self) -> None:
+            self.seconds: list[float] = []
+
+        def on_step_begin(self, *_, **__) -> None:
+            self._t0 = time.perf_counter()
+
+        def on_step_end(self, *_, **__) -> None:
+            self.seconds.append(time.perf_counter() - self._t0)
+
+    generate_seconds: list[float] = []
+    plain_generate = model.generate
+
+    def timed_generate(*a, **kw):
+        t0 = time.perf_counter()
+        out = plain_generate(*a, **kw)
+        generate_seconds.append(time.perf_counter() - t0)
+        return out
+
+    model.generate = timed_generate  # TRL samples through the model's own generate (no vLLM on CPU)
+    timer = StepTimer()
     tok.padding_side = "left"
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=cfg, train_dataset=data, processing_class=tok)
-    t0 = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - t0
-    tokens = sum(
-        h.get("completions/mean_length", 0.0) * args.prompts * args.group
-        for h in trainer.state.log_history
-        if "completions/mean_length" in h
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=reward, args=cfg, train_dataset=data, processing_class=tok, callbacks=[timer]
     )
+    trainer.train()
+    lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
     verifier.close()
-    return tokens / seconds  # includes TRL's first step: an upper bound on its per-step cost
+    # drop the first step (allocator, first-call overheads), as for ours
+    tokens = sum(lengths[1:]) * args.prompts * args.group
+    steps = len(timer.seconds) - 1
+    phases = {"step": sum(timer.seconds[1:]) / steps, "generate": sum(generate_seconds[1:]) / steps}
+    return tokens / sum(timer.seconds[1:]), phases
 
 
 def main() -> None:
@@ -143,13 +183,19 @@ def main() -> None:
         f"sampling, {len(prompts)} rollouts x <= {args.max_new} tokens (random init, torch threads "
         f"{torch.get_num_threads()}): ours {ours:,.0f} tok/s, model.generate {hf:,.0f} tok/s, ratio {ours / hf:.2f}x"
     )
-    step = bench_ours(model, tok, train, args)
+    step, ph = bench_ours(model, tok, train, args)
     print(
         f"RL step (lead), {args.prompts} prompts x G={args.group}, cap {args.max_new}: ours {step:,.0f} response tok/s"
+        f" | per step {ph['step']:.3f} s: sample {ph['sample']:.3f}, forward {ph['old_logprob']:.3f},"
+        f" backward + AdamW {ph['update']:.3f}"
     )
-    trl_rate = bench_trl(build_policy(ModelConfig(), tok), tok, train, args)
-    if trl_rate is not None:
-        print(f"RL step, TRL GRPOTrainer: {trl_rate:,.0f} response tok/s; ratio ours / TRL {step / trl_rate:.2f}x")
+    trl = bench_trl(build_policy(ModelConfig(), tok), tok, train, args)
+    if trl is not None:
+        rate, tp = trl
+        print(
+            f"RL step, TRL GRPOTrainer: {rate:,.0f} response tok/s | per step {tp['step']:.3f} s: generate"
+            f" {tp['generate']:.3f}, the rest {tp['step'] - tp['generate']:.3f}; ratio ours / TRL {step / rate:.2f}x"
+        )
 
 
 if __name__ == "__main__":
