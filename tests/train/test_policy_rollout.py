@@ -109,8 +109,7 @@ PROMPTS = ["47+38-12+9\n", "1+2\n", "300-25+7\n", "5-9\n", "8+8+8\n", "12-3\n", 
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("cache", ["static", "dynamic"])
-def test_kv_cache_sampling_matches_reference(peaky, tok, cache):
+def test_kv_cache_sampling_matches_reference(peaky, tok):
     model = peaky
     ids, mask = encode_prompts(tok, PROMPTS)
     eos = _frequent_token(model, ids, mask)  # so that rows finish at different times
@@ -122,7 +121,6 @@ def test_kv_cache_sampling_matches_reference(peaky, tok, cache):
         eos_token_id=eos,
         pad_token_id=0,
         generator=torch.Generator().manual_seed(3),
-        cache=cache,
     )
     ref, ref_finished = _reference_sample(model, ids, mask, 12, eos, 0, torch.Generator().manual_seed(3))
     # the batch was compacted along the way (a quarter finished early) and some rows still ran to the cap
@@ -136,15 +134,6 @@ def test_kv_cache_sampling_matches_reference(peaky, tok, cache):
         expect = row.index(eos) + 1 if eos in row else 12
         assert int(got.lengths[i]) == expect
     assert torch.equal(got.response_mask.sum(-1), got.lengths)
-
-
-def test_static_and_dynamic_cache_agree_on_a_long_budget(model, tok):
-    ids, mask = encode_prompts(tok, PROMPTS)
-    kw = {"max_new_tokens": 40, "eos_token_id": tok.eos_token_id, "pad_token_id": 0}
-    a = sample(model, ids, mask, generator=torch.Generator().manual_seed(1), cache="static", **kw)
-    b = sample(model, ids, mask, generator=torch.Generator().manual_seed(1), cache="dynamic", **kw)
-    assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.lengths, b.lengths)
-    assert torch.equal(a.truncated, b.truncated)
 
 
 @torch.no_grad()
@@ -195,9 +184,7 @@ def test_concat_rollouts_repads():
     assert c.lengths.tolist() == [1, 2] and c.truncated.tolist() == [False, True]
 
 
-@pytest.mark.parametrize(
-    ("kw", "value"), [("temperature", 0.0), ("top_p", 0.0), ("max_new_tokens", 0), ("cache", "paged")]
-)
+@pytest.mark.parametrize(("kw", "value"), [("temperature", 0.0), ("top_p", 0.0), ("max_new_tokens", 0)])
 def test_sample_validation(model, tok, kw, value):
     ids, mask = encode_prompts(tok, ["1+2\n"])
     args = {"max_new_tokens": 4, "eos_token_id": 2, "pad_token_id": 0, kw: value}

@@ -82,27 +82,6 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def _new_cache(model: torch.nn.Module, max_len: int, kind: str) -> Any:
-    """A pre-allocated ``StaticCache`` when asked for (or ``auto`` and the model supports one), else None.
-
-    None lets the model build its default growing cache. Why static by default: the growing cache
-    concatenates every layer's keys and values at every token, which costs O(T^2) copies and was half of the
-    sampling time on a CPU; the static one writes each token in place.
-    """
-    if kind == "dynamic":
-        return None
-    try:
-        from transformers import StaticCache
-
-        if not getattr(model, "_can_compile_fullgraph", False):  # transformers' mark of static-cache support
-            raise TypeError(f"{type(model).__name__} does not declare static-cache support")
-        return StaticCache(config=model.config, max_cache_len=max_len)  # transformers >= 5 signature
-    except (ImportError, TypeError, ValueError) as err:
-        if kind == "static":
-            raise ValueError(f"cache='static' is not available for this model / transformers: {err}") from err
-        return None
-
-
 @torch.no_grad()
 def sample(
     model: torch.nn.Module,
@@ -115,7 +94,6 @@ def sample(
     temperature: float = 1.0,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
-    cache: str = "auto",
 ) -> Rollouts:
     """Sample one response per prompt row with a KV cache (ancestral sampling at ``temperature``).
 
@@ -129,7 +107,6 @@ def sample(
         max_new_tokens: response cap; a row without EOS by then is ``truncated``.
         temperature: softmax temperature (> 0). top_p: nucleus mass kept (1.0 = off).
         generator: torch.Generator on the model's device, for reproducible draws (resume).
-        cache: ``"auto"`` (static cache when the model supports it), ``"static"`` or ``"dynamic"``.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -137,24 +114,18 @@ def sample(
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if cache not in ("auto", "static", "dynamic"):
-        raise ValueError(f"cache must be 'auto', 'static' or 'dynamic', got {cache!r}")
     device = prompt_ids.device
     n, p = prompt_ids.shape
-    kv = _new_cache(model, p + max_new_tokens, cache)
-    static = kv is not None
     cache_kw = _cache_keyword(model)
-    # The attention mask of every position the cache can hold; a static cache attends over all of them.
+    # The attention mask of every position a row can reach; step t passes the first p + t + 1 columns.
     full_mask = torch.zeros((n, p + max_new_tokens), dtype=prompt_mask.dtype, device=device)
     full_mask[:, :p] = prompt_mask
-    extra = {} if kv is None else {cache_kw: kv, "cache_position": torch.arange(p, device=device)}
     out = model(
         input_ids=prompt_ids,
         attention_mask=prompt_mask,
         position_ids=_positions(prompt_mask),
         use_cache=True,
         logits_to_keep=1,
-        **extra,
     )
     kv = _cache_of(out)
     logits = out.logits[:, -1]
@@ -184,14 +155,12 @@ def sample(
             rows, live, full_mask, next_pos = rows[keep], live[keep], full_mask[keep], next_pos[keep]
         step_tokens = tokens[rows, t].masked_fill(~live, pad_token_id)[:, None]
         full_mask[:, p + t] = 1
-        extra = {"cache_position": torch.tensor([p + t], device=device)} if static else {}
         out = model(
             input_ids=step_tokens,
-            attention_mask=full_mask if static else full_mask[:, : p + t + 1],
+            attention_mask=full_mask[:, : p + t + 1],
             position_ids=next_pos + t,
             use_cache=True,
             **{cache_kw: kv},
-            **extra,
         )
         kv, logits = _cache_of(out), out.logits[:, -1]
     width = int(lengths.max())
