@@ -108,6 +108,31 @@ def test_corrupt_checkpoint_is_refused_and_kept(tiny_config, tmp_path):
         train(cfg, tmp_path / "run", progress=False)
 
 
+def test_a_failing_run_closes_the_verifier_it_started(tiny_config, tmp_path, monkeypatch):
+    import dynashape.rewards
+
+    started = []
+
+    class RecordingVerifier:
+        def __init__(self, **kwargs):
+            self.closed = False
+            started.append(self)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.closed = True
+
+    monkeypatch.setattr(dynashape.rewards, "MathVerifier", RecordingVerifier)
+    cfg = tiny_config("grpo", steps=1, checkpoint_every=1)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run/config.yaml").write_text("task: {n_train: 1}\n")  # another run's folder
+    with pytest.raises(ckpt.CheckpointError, match="different config"):
+        train(cfg, tmp_path / "run", progress=False)
+    assert len(started) == 1 and started[0].closed
+
+
 def test_incompatible_config_is_refused(tiny_config, tmp_path):
     cfg = tiny_config("grpo", steps=1, checkpoint_every=1)
     train(cfg, tmp_path / "run", progress=False, stop_after=1)

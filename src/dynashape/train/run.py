@@ -179,23 +179,13 @@ def train(
     from dynashape.rewards import MathVerifier
 
     start_wall = time.perf_counter()
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    cfg_hash = _write_config(run_dir, cfg)
-    model, tokenizer, train_problems, test_problems, base = load_base(cfg, progress=progress)
     own_verifier = verifier is None
     with contextlib.ExitStack() as owned:  # the verifier this call starts is closed on every way out
         if own_verifier:
             verifier = owned.enter_context(MathVerifier(timeout=5.0, workers=1))
         return _train(
             cfg,
-            run_dir,
-            cfg_hash,
-            model,
-            tokenizer,
-            train_problems,
-            test_problems,
-            base,
+            Path(run_dir),
             verifier,
             own_verifier=own_verifier,
             progress=progress,
@@ -209,12 +199,6 @@ def train(
 def _train(
     cfg: RunConfig,
     run_dir: Path,
-    cfg_hash: str,
-    model: torch.nn.Module,
-    tokenizer: Any,
-    train_problems: Any,
-    test_problems: Any,
-    base: Any,
     verifier: Any,
     *,
     own_verifier: bool,
@@ -224,11 +208,14 @@ def _train(
     report: bool,
     start_wall: float,
 ) -> RunResult:
-    """``train`` once the base model is loaded and the verifier is open."""
+    """``train`` with its verifier open."""
     from dynashape.metrics import aes
     from dynashape.report.evaluation import evaluate
     from dynashape.train.loop import Trainer
 
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg_hash = _write_config(run_dir, cfg)
+    model, tokenizer, train_problems, test_problems, base = load_base(cfg, progress=progress)
     # A caller's own verifier may judge differently: its base evaluation is not cached.
     base_eval = evaluate_base(cfg, model, tokenizer, test_problems, verifier, base, use_cache=own_verifier)
 
