@@ -21,8 +21,9 @@ import time
 import torch
 
 from dynashape.rewards import MathVerifier
+from dynashape.train.config import RunConfig
 from dynashape.train.loop import Trainer
-from dynashape.train.policy import ModelConfig, build_policy
+from dynashape.train.policy import ModelConfig, build_policy, load_or_train_base
 from dynashape.train.presets import make_train_config
 from dynashape.train.rollout import encode_prompts, sample
 from dynashape.train.task import ChainTaskConfig, make_splits
@@ -171,16 +172,31 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument(
+        "--base-cache",
+        default=None,
+        help="a base-model cache folder (e.g. ~/.cache/dynashape after `dynashape train`): both trainers start "
+        "from the warmed-up default base model, whose responses end at varied lengths, instead of a random init",
+    )
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     tok = build_char_tokenizer()
-    model = build_policy(ModelConfig(), tok).eval()
     train, _ = make_splits(ChainTaskConfig(n_train=2000, n_test_per_difficulty=1))
+
+    def policy() -> torch.nn.Module:
+        if args.base_cache is None:
+            return build_policy(ModelConfig(), tok)
+        cfg = RunConfig()
+        task_train, _ = make_splits(cfg.task)
+        return load_or_train_base(cfg.task, cfg.model, cfg.warmup, task_train, cache_dir=args.base_cache)[0]
+
+    model = policy().eval()
     prompts = [p.prompt for p in train[: args.prompts] for _ in range(args.group)]
     ours, hf = bench_sampling(model, tok, prompts, args.max_new, repeats=2)
     print(
-        f"sampling, {len(prompts)} rollouts x <= {args.max_new} tokens (random init, torch threads "
+        f"sampling, {len(prompts)} rollouts x <= {args.max_new} tokens ("
+        f"{'random init' if args.base_cache is None else 'warmed-up base'}, torch threads "
         f"{torch.get_num_threads()}): ours {ours:,.0f} tok/s, model.generate {hf:,.0f} tok/s, ratio {ours / hf:.2f}x"
     )
     step, ph = bench_ours(model, tok, train, args)
@@ -189,7 +205,7 @@ def main() -> None:
         f" | per step {ph['step']:.3f} s: sample {ph['sample']:.3f}, forward {ph['old_logprob']:.3f},"
         f" backward + AdamW {ph['update']:.3f}"
     )
-    trl = bench_trl(build_policy(ModelConfig(), tok), tok, train, args)
+    trl = bench_trl(policy(), tok, train, args)
     if trl is not None:
         rate, tp = trl
         print(
