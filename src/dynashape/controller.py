@@ -22,6 +22,10 @@ from dynashape._checks import require_range
 __all__ = ["ControllerStep", "PSIController", "PSITargets", "psi_target_weights"]
 
 _F64 = torch.float64
+# The controller's state is a handful of floats: it lives on the CPU whatever the batch's device (one small
+# host transfer of mu and sigma per step), and every tensor it makes names that device, so that a default
+# device set by the caller (torch.set_default_device("cuda")) never splits it across devices.
+_CPU = torch.device("cpu")
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,7 @@ class PSIController:
     def reset(self) -> None:
         """Forget all updates: ema back to 1/K."""
         k = self.num_channels
-        self.ema_ = torch.full((k,), 1.0 / k, dtype=_F64)
+        self.ema_ = torch.full((k,), 1.0 / k, dtype=_F64, device=_CPU)
         self.n_updates_ = 0
 
     def update(self, mu: torch.Tensor, sigma: torch.Tensor) -> ControllerStep:
@@ -132,13 +136,13 @@ class PSIController:
         targets = psi_target_weights(
             mu.detach().cpu(),
             sigma.detach().cpu(),
-            torch.tensor(self.ranges, dtype=_F64),
+            torch.tensor(self.ranges, dtype=_F64, device=_CPU),
             alpha=self.alpha,
             eps=self.eps,
         )
         if self.static_lambda_0 is not None:
-            w0 = torch.tensor(self.static_lambda_0, dtype=_F64)
-            rest = torch.full((self.num_channels - 1,), 1.0, dtype=_F64)
+            w0 = torch.tensor(self.static_lambda_0, dtype=_F64, device=_CPU)
+            rest = torch.full((self.num_channels - 1,), 1.0, dtype=_F64, device=_CPU)
             # As the official code, the state holds the pair actually used, so checkpoints show it.
             self.ema_ = torch.cat([w0.reshape(1), (1.0 - w0) * rest / rest.sum()])
             weights = self.ema_.clone()
@@ -160,7 +164,7 @@ class PSIController:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         try:
-            ema = torch.tensor([float(x) for x in state["ema"]], dtype=_F64)
+            ema = torch.tensor([float(x) for x in state["ema"]], dtype=_F64, device=_CPU)
             n_updates = int(state["n_updates"])
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"controller state must hold 'ema' (list of floats) and 'n_updates' (int): {err}") from err

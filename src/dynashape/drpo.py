@@ -7,7 +7,9 @@ length-based softmax (the closed-form optimum of "maximise length reward under a
 penalty on the KL between the sampling policy and the current one replaces PPO clipping.
 
 Layer 1: a pure function on a flat batch with group ids (any ints, groups of unequal size), vectorised with
-segment reductions (``index_add_``, ``scatter_reduce`` "amax"); no Python loop over groups.
+the deterministic segment reductions of :class:`dynashape.groups.Groups` (per-group sums) and
+``scatter_reduce`` "amax"; no Python loop over groups. Computed in float32 or wider whatever the log-probs'
+dtype (token counts and length weights are exact; see :mod:`dynashape.losses`).
 """
 
 from __future__ import annotations
@@ -18,9 +20,15 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
+from dynashape.groups import Groups
 from dynashape.losses import _check_token_tensors, masked_mean
 
 __all__ = ["DrpoLoss", "drpo_loss"]
+
+# Overflow guard of the trust region's exp: the log-ratio is clamped to [-20, 20] before exp (verl's clamp
+# for the PPO ratio). The official code leaves it unclamped; the two agree wherever |log pi - log pi_old| <= 20
+# (a ratio within [2e-9, 4.9e8]), and past that the official value overflows to inf in float32 (from 88.7).
+_LOG_RATIO_CLAMP = 20.0
 
 
 class DrpoLoss(NamedTuple):
@@ -78,7 +86,8 @@ def drpo_loss(
         J_q   = sum_{i in P_q} w_i (s_i - tau log( (1/|N_q|) sum_{j in N_q} exp(s_j / tau) ))
     Groups without both kinds have J_q = 0 but still count: objective = (1 / #groups) sum_q J_q.
     KL = token-mean over the batch of the k3 estimate of KL(pi_old || pi) (``kl_estimator="k1"``: log pi_old -
-    log pi), unclamped as in the official code; penalty = beta * max(KL - delta, 0).detach() * KL.
+    log pi); k3's log-ratio is clamped to [-20, 20] against exp overflow (the official code does not clamp;
+    the values agree inside that bound); penalty = beta * max(KL - delta, 0).detach() * KL.
     loss = -objective + penalty.
 
     The official code computes the log-mean-exp through the surrogate ``S / S.detach()`` whose gradient equals
@@ -111,6 +120,7 @@ def drpo_loss(
     if kl_estimator not in ("k3", "k1"):
         raise ValueError(f"kl_estimator must be 'k3' or 'k1', got {kl_estimator!r}")
     mask = _check_token_tensors(response_mask, log_prob=log_prob, old_log_prob=old_log_prob)
+    log_prob, old_log_prob = log_prob.to(mask.dtype), old_log_prob.to(mask.dtype)
     n = mask.shape[0]
     if n == 0:
         raise ValueError("response_mask must hold at least one rollout, got N = 0")
@@ -135,14 +145,14 @@ def drpo_loss(
         i = int(bad[0])
         raise ValueError(f"lengths must lie in [0, max_length={max_length}], got {lens[i].item()} at index {i}")
 
-    # ---- groups and their composition -------------------------------------------------------------------
-    _, seg = torch.unique(group_ids, return_inverse=True)
-    seg = seg.to(mask.device)
-    num_groups = int(seg.max()) + 1
+    # ---- groups and their composition (dense numbering in ascending id order, as torch.unique) ----------
+    groups = Groups.from_ids(group_ids.to(mask.device))
+    seg = groups.index
+    num_groups = groups.num_groups
     pos = correct.to(device=mask.device, dtype=torch.bool)
     neg = ~pos
-    n_pos = mask.new_zeros(num_groups).index_add_(0, seg, pos.to(mask.dtype))
-    n_neg = mask.new_zeros(num_groups).index_add_(0, seg, neg.to(mask.dtype))
+    n_pos = groups.sum(pos.to(mask.dtype))
+    n_neg = groups.sum(neg.to(mask.dtype))
     valid_group = (n_pos > 0) & (n_neg > 0)
     in_valid = valid_group[seg]
 
@@ -156,7 +166,7 @@ def drpo_loss(
         # Where a group has no correct rollout w_max is -inf; those entries are masked out below.
         w_max = torch.where(torch.isfinite(w_max), w_max, torch.zeros_like(w_max))
         w_num = torch.where(pos & in_valid, torch.exp(logits - w_max[seg]), torch.zeros_like(logits))
-        w_den = mask.new_zeros(num_groups).index_add_(0, seg, w_num)
+        w_den = groups.sum(w_num)
         weights = w_num / w_den.clamp(min=torch.finfo(w_den.dtype).tiny)[seg]
 
     # ---- soft maximum of the wrong rollouts: tau * log mean_j exp(s_j / tau) -----------------------------
@@ -164,7 +174,7 @@ def drpo_loss(
     z_max = _segment_max(z.detach(), seg, num_groups, neg)
     z_max = torch.where(torch.isfinite(z_max), z_max, torch.zeros_like(z_max))
     shifted = torch.where(neg, z - z_max[seg], torch.full_like(z, -math.inf))
-    sum_exp = mask.new_zeros(num_groups).index_add(0, seg, torch.exp(shifted))
+    sum_exp = groups.sum(torch.exp(shifted))
     # Groups without a wrong rollout have sum_exp 0: substitute 1 so log() stays finite; they are not used.
     safe_sum = torch.where(valid_group, sum_exp, torch.ones_like(sum_exp))
     safe_count = torch.where(valid_group, n_neg, torch.ones_like(n_neg))
@@ -172,12 +182,16 @@ def drpo_loss(
 
     # ---- per-group objective and the batch objective over ALL groups ------------------------------------
     term = weights * (scores - soft_max_neg[seg])  # weights is 0 outside correct rollouts of valid groups
-    group_objective = mask.new_zeros(num_groups).index_add(0, seg, term)
+    group_objective = groups.sum(term)
     objective = group_objective.sum() / num_groups
 
     # ---- trust region on KL(pi_old || pi) ----------------------------------------------------------------
     log_ratio = log_prob - old_log_prob  # log (pi / pi_old) on tokens sampled from pi_old
-    token_kl = torch.exp(log_ratio) - 1.0 - log_ratio if kl_estimator == "k3" else -log_ratio
+    if kl_estimator == "k3":
+        bounded = log_ratio.clamp(min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)  # exp overflow guard
+        token_kl = torch.exp(bounded) - 1.0 - bounded
+    else:
+        token_kl = -log_ratio
     kl = masked_mean(token_kl, mask)
     penalty = (beta * (kl - delta)).clamp(min=0.0).detach() * kl
     loss = -objective + penalty

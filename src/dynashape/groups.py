@@ -13,7 +13,9 @@ Conventions (lead.md section 3-4, baselines.md):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal
 
 import torch
@@ -36,6 +38,9 @@ StdKind = Literal["unbiased", "none"]
 # Dense numbering by bincount is O(N + id span) and several times faster than a sort (torch.unique); use it
 # whenever the ids are compact enough, which engine uids and prompt indices always are.
 _MAX_SPAN_PER_ROLLOUT = 8
+# The deterministic per-group sum off the CPU scatters into a dense [G, largest group] table; past this many
+# cells per rollout (one huge group among many small ones) it falls back to index_add_ (see Groups.sum).
+_MAX_DENSE_CELLS_PER_ROLLOUT = 16
 
 
 @dataclass(frozen=True)
@@ -79,9 +84,46 @@ class Groups:
         return per_group.index_select(0, self.index)
 
     def sum(self, values: torch.Tensor) -> torch.Tensor:
-        """Per-group sum of values [N] or [N, K]. Returns [G] or [G, K]."""
-        out = torch.zeros((self.num_groups, *values.shape[1:]), dtype=values.dtype, device=values.device)
-        return out.index_add_(0, self.index, values)
+        """Per-group sum of values [N] or [N, K]. Returns [G] or [G, K]. Deterministic on every device.
+
+        On the CPU, index_add_ adds in row order, which is deterministic. On CUDA it adds with atomics, in an
+        order that changes from run to run, so the same batch could give different advantages in the last bit
+        (api.md promises the same result for the same batch and state). Off the CPU the sum therefore scatters
+        each rollout into its own cell of a dense [G, largest group] table (no two rollouts share a cell, so
+        no atomics) and sums along the group axis, a fixed-order reduction. A batch whose table would exceed
+        16 cells per rollout (one huge group among many tiny ones) uses index_add_ instead, which is
+        deterministic there only under ``torch.use_deterministic_algorithms(True)``.
+        """
+        if values.device.type == "cpu" or not self.dense_fits:
+            out = values.new_zeros((self.num_groups, *values.shape[1:]))
+            return out.index_add_(0, self.index, values)
+        return self.dense_sum(values)
+
+    @cached_property
+    def slot(self) -> torch.Tensor:
+        """LongTensor [N]: each rollout's rank among its group's rollouts in batch order (0..count-1)."""
+        order = torch.argsort(self.index, stable=True)
+        starts = torch.cumsum(self.counts, 0) - self.counts
+        ranks = torch.arange(order.shape[0], device=order.device) - starts.index_select(0, self.index[order])
+        return torch.empty_like(ranks).scatter_(0, order, ranks)
+
+    @property
+    def dense_fits(self) -> bool:
+        """Whether the dense [G, largest group] table of `dense_sum` stays within its memory bound."""
+        cells = self.num_groups * int(self.counts.max())
+        return cells <= _MAX_DENSE_CELLS_PER_ROLLOUT * int(self.index.shape[0])
+
+    def dense_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """Per-group sum through a dense [G, largest group] table: the deterministic path of `sum`."""
+        table = values.new_zeros((self.num_groups, int(self.counts.max()), *values.shape[1:]))
+        table[self.index, self.slot] = values  # every (group, slot) cell is written once: no accumulation
+        return table.sum(dim=1)
+
+
+def _require_positive(field: str, value: float) -> None:
+    """eps-like regularisers: a clear error instead of the NaN that 0 gives on a constant group."""
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{field}={value!r} must be a finite number > 0")
 
 
 def _fit(mask: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -90,7 +132,7 @@ def _fit(mask: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 
 
 def _masked(values: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    return values if mask is None else torch.where(_fit(mask, values), values, torch.zeros((), dtype=values.dtype))
+    return values if mask is None else torch.where(_fit(mask, values), values, values.new_zeros(()))
 
 
 def group_count(groups: Groups, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -126,16 +168,16 @@ def group_var(
     dev = values - groups.gather(group_mean(values, groups, mask))
     sq = groups.sum(_masked(dev * dev, mask))
     denom = (count - 1) if unbiased else count
-    return torch.where(count > 1, sq / denom.clamp_min(1), torch.zeros((), dtype=values.dtype))
+    return torch.where(count > 1, sq / denom.clamp_min(1), values.new_zeros(()))
 
 
 def _extreme(values: torch.Tensor, groups: Groups, mask: torch.Tensor | None, reduce: str) -> torch.Tensor:
-    fill = torch.full((), float("inf") if reduce == "amin" else float("-inf"), dtype=values.dtype)
+    fill = values.new_full((), float("inf") if reduce == "amin" else float("-inf"))
     src = values if mask is None else torch.where(_fit(mask, values), values, fill)
     index = groups.index if values.dim() == 1 else groups.index.unsqueeze(-1).expand_as(values)
     out = fill.expand((groups.num_groups, *values.shape[1:])).clone()
     out = out.scatter_reduce(0, index, src, reduce=reduce, include_self=True)
-    return torch.where(_count_like(groups, values, mask) > 0, out, torch.zeros((), dtype=values.dtype))
+    return torch.where(_count_like(groups, values, mask) > 0, out, values.new_zeros(()))
 
 
 def group_min(values: torch.Tensor, groups: Groups, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -155,7 +197,7 @@ def group_median(values: torch.Tensor, groups: Groups, mask: torch.Tensor | None
     One sort for the whole batch: order by value (unselected rollouts pushed to +inf), then stably by group,
     so each group's selected values sit sorted at the start of its segment.
     """
-    key = values if mask is None else torch.where(mask, values, torch.full((), float("inf"), dtype=values.dtype))
+    key = values if mask is None else torch.where(mask, values, values.new_full((), float("inf")))
     by_value = torch.argsort(key, stable=True)
     by_group = torch.argsort(groups.index[by_value], stable=True)
     ordered = key[by_value][by_group]
@@ -164,7 +206,7 @@ def group_median(values: torch.Tensor, groups: Groups, mask: torch.Tensor | None
     lo = starts + (count - 1).clamp_min(0) // 2
     hi = torch.where(count > 0, starts + count // 2, starts)
     median = 0.5 * (ordered[lo] + ordered[hi])
-    return torch.where(count > 0, median, torch.zeros((), dtype=values.dtype))
+    return torch.where(count > 0, median, values.new_zeros(()))
 
 
 def group_normalize(
@@ -177,10 +219,12 @@ def group_normalize(
     """GRPO normalisation: (r - mean_q r) / (std_q r + eps), per rollout. values: [N] or [N, K] float.
 
     `std="unbiased"` uses Bessel's correction (torch.std, as verl's GRPO); `std="none"` only centres (Dr. GRPO).
-    eps sits outside the square root, added to the std, as in verl. A constant group or a group of one gives
-    exactly 0: we first subtract one member of the group (its first rollout), which makes every deviation of
-    a constant group exactly 0, whatever rounding the mean would have had.
+    eps sits outside the square root, added to the std, as in verl; it must be > 0 (eps = 0 would turn the
+    0 / 0 of a constant group into NaN). A constant group or a group of one gives exactly 0: we first subtract
+    one member of the group (its first rollout), which makes every deviation of a constant group exactly 0,
+    whatever rounding the mean would have had.
     """
+    _require_positive("eps", eps)
     dev = values - groups.gather(values.index_select(0, groups.first))
     count = _count_like(groups, values, None)
     centred = dev - groups.gather(groups.sum(dev) / count)
@@ -196,18 +240,27 @@ def whiten(values: torch.Tensor, weights: torch.Tensor | None = None, *, eps: fl
     weights=None: plain mean and unbiased variance over the N rollouts (TRL's sequence-level convention).
     weights=lengths: every response token counts once (verl's masked_whiten over a response mask in which
     rollout i contributes l_i identical tokens): mu = sum l_i A_i / sum l_i,
-    var = sum l_i (A_i - mu)^2 / (sum l_i - 1).
-    With fewer than two response tokens in the whole batch (verl raises there) the rollouts are weighted
-    equally instead; a batch of one rollout whitens to 0.
+    var = sum l_i (A_i - mu)^2 / (sum l_i - 1). A rollout with no token (l_i = 0) has nothing for an engine
+    to apply an advantage to: it stays out of mu and var and gets exactly 0 (otherwise it would be divided by
+    the spread of the others, and a batch whose tokens all come from one rollout would blow it up by
+    1 / sqrt(eps)). With fewer than two response tokens in the whole batch (verl raises there) the rollouts
+    that have tokens are weighted equally instead; a batch of one such rollout whitens to 0.
+    eps sits inside the square root (verl's masked_whiten); the shapers' configs keep it > 0.
     """
-    w = values.new_ones(()) if weights is None else weights.to(values.dtype)
-    total = w.sum() if weights is not None else torch.tensor(float(values.shape[0]), dtype=values.dtype)
-    if weights is not None and not bool(total > 1):
-        w, total = values.new_ones(()), torch.tensor(float(values.shape[0]), dtype=values.dtype)
-    mu = (w * values).sum() / total
+    if weights is None:
+        n = values.shape[0]
+        dev = values - values.mean()
+        var = (dev * dev).sum() / (n - 1) if n > 1 else values.new_zeros(())
+        return dev / torch.sqrt(var + eps)
+    w = weights.to(values.dtype)
+    has_tokens = w > 0
+    if not bool(w.sum() > 1):
+        w = has_tokens.to(values.dtype)
+    total = w.sum()
+    mu = (w * values).sum() / total.clamp_min(1)
     dev = values - mu
-    var = (w * dev * dev).sum() / (total - 1) if bool(total > 1) else torch.zeros((), dtype=values.dtype)
-    return dev / torch.sqrt(var + eps)
+    var = (w * dev * dev).sum() / (total - 1) if bool(total > 1) else values.new_zeros(())
+    return torch.where(has_tokens, dev / torch.sqrt(var + eps), values.new_zeros(()))
 
 
 def total_variance_stats(
@@ -231,4 +284,4 @@ def total_variance_stats(
     mu = (m * present).sum(0) / n_present.clamp_min(1)
     var_m = (((m - mu) ** 2) * present).sum(0) / n_present.clamp_min(1)
     sigma = torch.sqrt((v * present).sum(0) / n_present.clamp_min(1) + var_m + eps)
-    return mu, torch.where(n_present > 0, sigma, torch.zeros((), dtype=values.dtype))
+    return mu, torch.where(n_present > 0, sigma, values.new_zeros(()))

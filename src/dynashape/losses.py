@@ -7,6 +7,11 @@ Shapes: ``B`` sequences (rollouts) of ``T`` response positions. ``response_mask`
 response tokens that count, 0 on padding. Every diagnostic is a detached 0-dim tensor (no host sync here;
 the caller decides when to call ``.item()``).
 
+Precision: everything is computed in float32 or wider (``torch.promote_types(dtype, float32)``) whatever the
+log-probs' dtype, and returned in that dtype. In bf16 a token count stops being exact past 256 (a sum of 4001
+ones is 4000) and an advantage keeps 3 significant digits; bf16 log-probs are upcast, and their gradient
+flows back through the cast.
+
 Conventions follow verl's ``core_algos.py`` (``compute_policy_loss_vanilla``, ``agg_loss``, ``kl_penalty``) so
 that a run with our trainer and a run with verl optimise the same numbers.
 """
@@ -27,6 +32,7 @@ __all__ = [
     "SurrogateLoss",
     "aggregate_loss",
     "clipped_surrogate_loss",
+    "compute_dtype",
     "entropy_advantage",
     "kl_estimate",
     "masked_mean",
@@ -55,8 +61,14 @@ _K3_VALUE_CLAMP = 10.0
 # ----------------------------------------------------------------------------------------------------------
 # validation helpers (shared with dynashape.drpo)
 # ----------------------------------------------------------------------------------------------------------
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the losses compute in: ``dtype`` if it is float32 or wider, else float32 (bf16, float16)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _check_token_tensors(response_mask: Tensor, **tensors: Tensor) -> Tensor:
-    """Check that every tensor is [B, T] like ``response_mask``; return the mask as a float tensor."""
+    """Check that every tensor is [B, T] like ``response_mask``; return the mask as a float tensor of the
+    compute dtype (float32 or wider, so that token counts are exact)."""
     if response_mask.dim() != 2:
         raise ValueError(f"response_mask must be 2-D [B, T], got shape {tuple(response_mask.shape)}")
     for name, value in tensors.items():
@@ -65,7 +77,7 @@ def _check_token_tensors(response_mask: Tensor, **tensors: Tensor) -> Tensor:
                 f"{name} must have the shape of response_mask {tuple(response_mask.shape)}, got {tuple(value.shape)}"
             )
     dtype = next(iter(tensors.values())).dtype if tensors else torch.float32
-    return response_mask.to(dtype)
+    return response_mask.to(compute_dtype(dtype))
 
 
 def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
@@ -78,6 +90,7 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     Returns:
         0-dim tensor.
     """
+    values = values.to(compute_dtype(values.dtype))
     mask = mask.to(values.dtype)
     # clamp(min=1) instead of verl's +1e-8: same value for a non-empty mask, exactly 0 for an empty one.
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
@@ -115,6 +128,7 @@ def aggregate_loss(
         0-dim tensor. A batch without any valid token gives 0 (verl would give NaN).
     """
     mask = _check_token_tensors(response_mask, loss_mat=loss_mat)
+    loss_mat = loss_mat.to(mask.dtype)
     # A tensor denominator is not checked here: reading its value would force a device sync per micro-batch.
     if denominator is not None and not isinstance(denominator, Tensor) and not (denominator > 0.0):
         raise ValueError(f"denominator must be > 0, got {denominator}")
@@ -171,6 +185,8 @@ def kl_estimate(
     kind = KL_ESTIMATORS.get(estimator)
     if kind is None:
         raise ValueError(f"estimator must be one of {sorted(KL_ESTIMATORS)}, got {estimator!r}")
+    dtype = compute_dtype(torch.promote_types(log_prob.dtype, ref_log_prob.dtype))
+    log_prob, ref_log_prob = log_prob.to(dtype), ref_log_prob.to(dtype)
     if kind == "k1":
         return log_prob - ref_log_prob
     if kind == "k2":
@@ -255,7 +271,8 @@ def clipped_surrogate_loss(
     if dual_clip is not None and not (dual_clip > 1.0 and math.isfinite(dual_clip)):
         raise ValueError(f"dual_clip must be a finite number > 1 or None, got {dual_clip}")
     mask = _check_token_tensors(response_mask, log_prob=log_prob, old_log_prob=old_log_prob)
-    adv = _broadcast_advantages(advantages, response_mask).to(log_prob.dtype)
+    adv = _broadcast_advantages(advantages, response_mask).to(mask.dtype)
+    log_prob, old_log_prob = log_prob.to(mask.dtype), old_log_prob.to(mask.dtype)
 
     log_ratio = (log_prob - old_log_prob).clamp(min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
@@ -425,8 +442,9 @@ def entropy_advantage(
         raise ValueError(f"kappa must be a finite number > 0, got {kappa}")
     if entropy.dim() != 2:
         raise ValueError(f"entropy must be 2-D [B, T], got shape {tuple(entropy.shape)}")
-    adv = _broadcast_advantages(advantages, entropy).to(entropy.dtype)
-    scaled_entropy = alpha * entropy.detach()
+    dtype = compute_dtype(entropy.dtype)
+    adv = _broadcast_advantages(advantages, entropy).to(dtype)
+    scaled_entropy = alpha * entropy.detach().to(dtype)
     cap = adv.abs() / kappa
     bonus = torch.minimum(scaled_entropy, cap)
     return EntropyAdvantage(advantages=adv + bonus, bonus=bonus, capped=cap < scaled_entropy)

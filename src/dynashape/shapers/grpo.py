@@ -53,11 +53,11 @@ class GrpoConfig:
     std: str = "unbiased"
     """"unbiased": divide by the group's Bessel std + eps (GRPO); "none": centre only (Dr. GRPO)."""
     eps: float = 1e-6
-    """Added to the std (outside the square root), as in verl."""
+    """Added to the std (outside the square root), as in verl; > 0 (0 would give NaN on a constant group)."""
 
     def __post_init__(self) -> None:
         require_choice("std", self.std, ("unbiased", "none"))
-        require_range("eps", self.eps, 0.0, None)
+        require_range("eps", self.eps, 0.0, None, low_open=True)
 
 
 @register_shaper("grpo")
@@ -91,7 +91,7 @@ class GrpoLengthConfig:
     weights: tuple[float, float] = (1.0, 1.0)
     """(w_c, w_l) of r = w_c * c + w_l * r_len; the paper's sweep uses (1/(1+rho), rho/(1+rho))."""
     eps: float = 1e-6
-    """Added to the group std."""
+    """Added to the group std; > 0 (0 would give NaN on a constant group)."""
 
     def __post_init__(self) -> None:
         require_choice("mode", self.mode, ("classic", "conditioned"))
@@ -102,7 +102,7 @@ class GrpoLengthConfig:
         for i, w in enumerate(weights):
             require_range(f"weights[{i}]", w, 0.0, None)
         object.__setattr__(self, "weights", weights)
-        require_range("eps", self.eps, 0.0, None)
+        require_range("eps", self.eps, 0.0, None, low_open=True)
 
 
 @register_shaper("grpo_length")
@@ -130,7 +130,7 @@ class GdpoConfig:
     whiten: str = "token"
     """BatchWhiten of the weighted sum: "token" (verl's masked_whiten), "sequence" (TRL), "none"."""
     eps: float = 1e-6
-    """Added to each column's group std."""
+    """Added to each column's group std; > 0."""
 
     def __post_init__(self) -> None:
         if self.weights is not None:
@@ -141,7 +141,7 @@ class GdpoConfig:
                 require_range(f"weights[{i}]", w)
             object.__setattr__(self, "weights", weights)
         require_choice("whiten", self.whiten, WHITEN_MODES)
-        require_range("eps", self.eps, 0.0, None)
+        require_range("eps", self.eps, 0.0, None, low_open=True)
 
 
 @register_shaper("gdpo")
@@ -174,12 +174,12 @@ class ShorterBetterConfig:
     beta: float = 0.001
     """Weight of the distance to the sample optimal length, per token."""
     eps: float = 1e-6
-    """Added to the group std."""
+    """Added to the group std; > 0 (0 would give NaN on a constant group)."""
 
     def __post_init__(self) -> None:
         require_range("alpha", self.alpha, 0.0, None)
         require_range("beta", self.beta, 0.0, None)
-        require_range("eps", self.eps, 0.0, None)
+        require_range("eps", self.eps, 0.0, None, low_open=True)
 
 
 @register_shaper("shorterbetter")

@@ -21,7 +21,7 @@ from dynashape.shapers._common import F64, WHITEN_MODES, batch_whiten, metrics_d
 from dynashape.shapers.base import Shaped, Shaper
 from dynashape.shapers.registry import register_shaper
 
-__all__ = ["LeadConfig", "LeadShaper", "lead_advantages"]
+__all__ = ["LeadConfig", "LeadShaper", "check_lead_batch", "lead_advantages"]
 
 _STATE_VERSION = 1
 
@@ -98,6 +98,22 @@ class LeadOutput:
     groups: Groups
 
 
+def check_lead_batch(batch: RolloutBatch, config: LeadConfig) -> None:
+    """Refuse a batch LEAD cannot use, before any state moves: `rewards` columns must match `reward_ranges`."""
+    if config.reward_ranges:
+        if batch.rewards is None or batch.rewards.shape[1] != len(config.reward_ranges):
+            got = None if batch.rewards is None else tuple(batch.rewards.shape)
+            raise ValueError(
+                f"lead reward_ranges declares {len(config.reward_ranges)} extra channels but batch rewards "
+                f"has shape {got}"
+            )
+    elif batch.rewards is not None:
+        raise ValueError(
+            f"shaper 'lead' got rewards of shape {tuple(batch.rewards.shape)} but reward_ranges is empty; "
+            "declare each column's [R_min, R_max] in reward_ranges to use them as channels"
+        )
+
+
 def lead_advantages(
     batch: RolloutBatch,
     correctness: torch.Tensor,
@@ -107,8 +123,9 @@ def lead_advantages(
     """One LEAD step on a batch, with the correctness channel given (0/1, or minus MEDS's penalty).
 
     correctness: float Tensor [N]. Target lengths and the efficiency channel's controller mask always use the
-    verifier's verdict `batch.correct`. Advances `controller` once.
+    verifier's verdict `batch.correct`. Advances `controller` once, after `check_lead_batch` accepted the batch.
     """
+    check_lead_batch(batch, config)
     groups = Groups.from_ids(batch.group_ids)
     correct = batch.correct
     targets = target_lengths(
@@ -121,19 +138,8 @@ def lead_advantages(
     )
     r_l = efficiency_reward(batch.lengths, groups.gather(targets), mode=config.efficiency)  # type: ignore[arg-type]
     columns = [correctness.to(F64), r_l]
-    if config.reward_ranges:
-        if batch.rewards is None or batch.rewards.shape[1] != len(config.reward_ranges):
-            got = None if batch.rewards is None else tuple(batch.rewards.shape)
-            raise ValueError(
-                f"lead reward_ranges declares {len(config.reward_ranges)} extra channels but batch rewards "
-                f"has shape {got}"
-            )
+    if batch.rewards is not None:
         columns += list(batch.rewards.to(F64).unbind(1))
-    elif batch.rewards is not None:
-        raise ValueError(
-            f"shaper 'lead' got rewards of shape {tuple(batch.rewards.shape)} but reward_ranges is empty; "
-            "declare each column's [R_min, R_max] in reward_ranges to use them as channels"
-        )
     channels = torch.stack(columns, dim=1)
     # Decoupled normalisation (GDPO): each channel in its own group, Bessel std, eps 1e-6, over ALL rollouts.
     channel_adv = group_normalize(channels, groups, eps=1e-6)

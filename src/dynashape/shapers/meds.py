@@ -20,7 +20,7 @@ from dynashape.groups import Groups, group_normalize
 from dynashape.meds.penalty import repeat_penalty
 from dynashape.shapers._common import F64, metrics_dict
 from dynashape.shapers.base import Shaped, Shaper
-from dynashape.shapers.lead import LeadConfig, lead_advantages, lead_metrics
+from dynashape.shapers.lead import LeadConfig, check_lead_batch, lead_advantages, lead_metrics
 from dynashape.shapers.registry import register_shaper
 
 if TYPE_CHECKING:
@@ -227,6 +227,7 @@ class LeadMedsShaper(Shaper):
         self.penalty_ = _MemoryPenalty(self.config.meds)
 
     def shape(self, batch: RolloutBatch) -> Shaped:
+        check_lead_batch(batch, self.lead_config_)  # before the memory stores anything: a refused batch changes nothing
         penalty, metrics = self.penalty_(batch, self.name)
         out = lead_advantages(batch, batch.correct.to(F64) - penalty, self.controller_, self.lead_config_)
         metrics.update(lead_metrics(out, batch, "lead"))

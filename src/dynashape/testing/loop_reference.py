@@ -54,13 +54,21 @@ def grpo_loop(rewards: Sequence[float], ids: Sequence[int], eps: float = 1e-6, s
 
 
 def whiten_loop(values: Sequence[float], weights: Sequence[float] | None = None, eps: float = 1e-8) -> list[float]:
-    """(A - mu) / sqrt(var + eps): weights = token counts (token whitening) or None (sequence)."""
-    if weights is None or sum(weights) <= 1:
+    """(A - mu) / sqrt(var + eps): weights = token counts (token whitening) or None (sequence).
+
+    Token whitening: a rollout with no token is left out of mu and var and gets 0; with fewer than two tokens
+    in all, the rollouts that have tokens count once each."""
+    if weights is None:
         weights = [1.0] * len(values)
+        keep = [True] * len(values)
+    else:
+        keep = [w > 0 for w in weights]
+        if sum(weights) <= 1:
+            weights = [1.0 if k else 0.0 for k in keep]
     total = sum(weights)
-    mu = sum(w * v for w, v in zip(weights, values)) / total
+    mu = sum(w * v for w, v in zip(weights, values)) / max(total, 1)
     var = sum(w * (v - mu) ** 2 for w, v in zip(weights, values)) / (total - 1) if total > 1 else 0.0
-    return [(v - mu) / math.sqrt(var + eps) for v in values]
+    return [(v - mu) / math.sqrt(var + eps) if k else 0.0 for v, k in zip(values, keep)]
 
 
 def shorterbetter_loop(

@@ -1,10 +1,12 @@
 """Checkpoints of a training run: written atomically, read back exactly, refused when broken.
 
 ``checkpoints/step_N/`` holds ``model.pt`` (policy state dict), ``optimizer.pt``, ``state.pt`` (step, RNG
-states, data position, shaper state: LEAD's EMA, MEDS's memory) and ``meta.json`` (format version, step,
+states, data position, shaper state: LEAD's EMA, MEDS's memory; plain values and tensors) and ``meta.json`` (format version, step,
 hash of the resolved config, file list). It is written to a temporary folder and renamed into place, so a
 killed run leaves either a complete checkpoint or none. A checkpoint that cannot be read or that belongs to a
 different config raises ``CheckpointError`` with what is wrong; nothing here ever deletes or overwrites it.
+Every file is read with ``torch.load(weights_only=True)``: a file that would need arbitrary unpickling (code
+run on load) is refused as corrupt.
 """
 
 from __future__ import annotations
@@ -118,8 +120,9 @@ def load(path: str | Path, *, cfg_hash: str, map_location: str | torch.device = 
     try:
         model = torch.load(path / "model.pt", map_location=map_location, weights_only=True)
         optimizer = torch.load(path / "optimizer.pt", map_location=map_location, weights_only=True)
-        # Our own file; it holds RNG states and shaper state (numpy arrays of MEDS memory), so full unpickling.
-        state = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
+        # Plain values and tensors only (RNG states, data position, shaper state): a tampered or foreign file
+        # (shared cluster folders, downloaded runs) must not run code when it is read.
+        state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for a truncated or garbled file
         raise CheckpointError(f"checkpoint {path} is corrupt: {type(err).__name__}: {err}") from err
     if int(state.get("step", -1)) != int(meta["step"]):
