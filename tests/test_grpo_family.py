@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dynashape import RolloutBatch, get_shaper
-from dynashape.groups import whiten
+from dynashape.groups import Groups, group_normalize, whiten
 
 F = torch.float64
 EPS = 1e-6
@@ -27,6 +27,20 @@ def test_grpo_on_correctness():
     expected = [(1 / 3) / (sd + EPS), (1 / 3) / (sd + EPS), (-2 / 3) / (sd + EPS), 0.0, 0.0]
     assert torch.allclose(out.advantages.double(), torch.tensor(expected, dtype=F), atol=1e-6)
     assert out.advantages.dtype == torch.float32 and out.rewards.shape == (5, 1)
+
+
+def test_grpo_eps_sits_outside_the_square_root():
+    # float64 all the way (group_normalize): inside vs outside the root differ by ~2e-7 here, far above 1e-12
+    g = Groups.from_ids(torch.tensor([0, 0, 0]))
+    got = group_normalize(torch.tensor([1.0, 1.0, 0.0], dtype=F), g, eps=EPS)
+    sd = math.sqrt(1 / 3)
+    outside = [(1 / 3) / (sd + EPS), (1 / 3) / (sd + EPS), (-2 / 3) / (sd + EPS)]
+    inside = [(1 / 3) / math.sqrt(1 / 3 + EPS), (1 / 3) / math.sqrt(1 / 3 + EPS), (-2 / 3) / math.sqrt(1 / 3 + EPS)]
+    assert got.tolist() == pytest.approx(outside, abs=1e-12)
+    assert got.tolist() != pytest.approx(inside, abs=1e-12)
+    # through the shaper (float32 output) with a large eps, where the two placements differ in the 2nd digit
+    out = get_shaper("grpo", eps=0.1)(b([0, 0, 0], [1, 1, 0], [5, 5, 5]))
+    assert out.advantages.double().tolist() == pytest.approx([(1 / 3) / (sd + 0.1)] * 2 + [(-2 / 3) / (sd + 0.1)])
 
 
 def test_grpo_uses_the_single_reward_column_and_dr_grpo_only_centres():

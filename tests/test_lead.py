@@ -9,6 +9,7 @@ Groups are numbered by sorted id, so per-group results come in the order B, C, A
 
 import math
 
+import plain_math as plain
 import pytest
 import torch
 
@@ -106,10 +107,14 @@ def test_upper_only_efficiency_hand_worked():
 
 
 def test_lengths_beyond_b_max_are_legal():
-    b = batch(lengths=torch.tensor([10, 14, 30, 36, 20, 5000, 16]))
-    out = get_shaper("lead", l_min=12, b_max=40)(b)
-    assert torch.isfinite(out.advantages).all()
-    assert out.rewards[5, 1].item() == -1.0  # 1 - |5000 - 40| / 40 clipped
+    lengths = [10, 14, 30, 36, 20, 5000, 16]
+    out = get_shaper("lead", l_min=12, b_max=40)(batch(lengths=torch.tensor(lengths)))
+    # group B (ids 3) is unsolved: target = b_max = 40; 20 -> 1 - 20/40 = 0.5; 5000 -> 1 - 4960/40 clipped to -1
+    assert out.rewards[:, 1].tolist() == pytest.approx([10 / 18, 14 / 18, 6 / 18, 0.0, 0.5, -1.0, 1.0])
+    # the 5000-token rollout also weighs 5000 tokens in the whitening: every advantage by the plain reference
+    ref = plain.lead_first_step(IDS, CORRECT, lengths, l_min=12, b_max=40)
+    assert out.advantages.double().tolist() == pytest.approx(ref["advantages"], rel=1e-5, abs=1e-6)
+    assert out.metrics["lead/lambda_c"] == pytest.approx(ref["weights"][0], rel=1e-6)
 
 
 # ------------------------------------------------------------------------ 3-6. one full controller step
@@ -182,10 +187,25 @@ def test_sequence_and_no_whitening():
 
 
 def test_psi_target_weights_two_channel_closed_form():
+    eps = 1e-8
     t = psi_target_weights(
-        torch.tensor([0.5, 0.0]), torch.tensor([0.5, 0.25]), torch.tensor([[0.0, 1.0], [-1.0, 1.0]]), eps=1e-8
+        torch.tensor([0.5, 0.2], dtype=F), torch.tensor([0.5, 0.1], dtype=F), torch.tensor([[0.0, 1.0], [-1.0, 1.0]]), eps=eps
     )
-    # cv_c = 1; cv_l = 0.25 / 1e-8 is huge -> n_l ~ 1, n_c ~ 0; potentials 0.5 and 0.5
+    cv_c, cv_l = 0.5 / (0.5 + eps), 0.1 / (0.2 + eps)  # 1 and 1/2
+    n_c, n_l = cv_c / (cv_c + cv_l + eps), cv_l / (cv_c + cv_l + eps)  # 2/3 and 1/3
+    p_c, p_l = 0.5, (1 - 0.2) / 2  # headroom over the range: 1/2 and 2/5
+    d_c, d_l = n_c * p_c, n_l * p_l  # 1/3 and 2/15
+    assert t.cv.tolist() == pytest.approx([cv_c, cv_l], abs=1e-12)
+    assert t.cv_norm.tolist() == pytest.approx([n_c, n_l], abs=1e-12)
+    assert t.potential.tolist() == pytest.approx([p_c, p_l], abs=1e-12)
+    assert t.psi.tolist() == pytest.approx([d_c, d_l], abs=1e-12)
+    assert t.target.tolist() == pytest.approx([d_c / (d_c + d_l + eps), d_l / (d_c + d_l + eps)], abs=1e-12)
+    assert t.target.tolist() == pytest.approx([5 / 7, 2 / 7], abs=1e-7)  # the same on paper, without eps
+    # a channel with mean 0 has a huge CV (0.25 / 1e-8) and takes all the normalised CV mass
+    t = psi_target_weights(
+        torch.tensor([0.5, 0.0]), torch.tensor([0.5, 0.25]), torch.tensor([[0.0, 1.0], [-1.0, 1.0]]), eps=eps
+    )
+    assert t.cv_norm[1].item() == pytest.approx(1.0, abs=1e-6)
     assert t.potential.tolist() == [0.5, 0.5]
     assert t.target[1].item() == pytest.approx(1.0, abs=1e-6)
 
@@ -310,13 +330,30 @@ def test_rewards_need_declared_ranges():
 
 
 def test_extra_channel_with_declared_range():
-    fmt = torch.tensor([[1.0], [0.0], [1.0], [1.0], [0.0], [1.0], [1.0]])
-    out = get_shaper("lead", l_min=12, b_max=40, reward_ranges=((0.0, 1.0),))(batch(rewards=fmt))
-    lam = [out.metrics["lead/lambda_c"], out.metrics["lead/lambda_l"], out.metrics["lead/lambda_r0"]]
-    assert sum(lam) == pytest.approx(1.0)
-    assert out.rewards.shape == (7, 3)
-    # ema starts at 1/3 per channel: lambda_c = 0.95 / 3 + 0.05 * target_c
-    assert out.metrics["lead/lambda_c"] == pytest.approx(0.95 / 3 + 0.05 * out.metrics["lead/target_lambda_c"])
+    fmt = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0]  # A: 1 0 1 1, B: 0 1, C: 1
+    out = get_shaper("lead", l_min=12, b_max=40, reward_ranges=((0.0, 1.0),))(
+        batch(rewards=torch.tensor(fmt, dtype=F).unsqueeze(1))
+    )
+    m = out.metrics
+    # On paper. Correctness and efficiency as in hand_step(). Format over all rollouts: group means 3/4, 1/2, 1
+    # (mean 3/4), pop vars 3/16, 1/4, 0 (mean 7/48), Var of the means 1/24 -> sigma^2 = 9/48, sigma = sqrt(3)/4.
+    h = hand_step()
+    mu_r, sigma_r = 3 / 4, math.sqrt(3) / 4
+    cv = [h["cv_c"], h["cv_l"], sigma_r / mu_r]  # cv_r = 1 / sqrt(3)
+    cv_norm = [c / sum(cv) for c in cv]
+    potential = [5 / 12, 1 / 9, 1 - mu_r]  # headroom of each mean within its declared range
+    psi = [n * p for n, p in zip(cv_norm, potential)]
+    target = [d / sum(psi) for d in psi]
+    ema = [0.95 / 3 + 0.05 * x for x in target]  # the EMA starts at 1/3 per channel
+    lam_c = max(ema[0], 0.3)
+    lam = [lam_c, (1 - lam_c) * ema[1] / (ema[1] + ema[2]), (1 - lam_c) * ema[2] / (ema[1] + ema[2])]
+    assert m["lead/target_lambda_c"] == pytest.approx(target[0], rel=1e-6)
+    assert m["lead/psi_c"] == pytest.approx(psi[0], rel=1e-6) and m["lead/psi_l"] == pytest.approx(psi[1], rel=1e-6)
+    assert [m["lead/lambda_c"], m["lead/lambda_l"], m["lead/lambda_r0"]] == pytest.approx(lam, rel=1e-6)
+    assert out.rewards[:, 2].tolist() == fmt
+    ref = plain.lead_first_step(IDS, CORRECT, LENGTHS, l_min=12, b_max=40, extra=[fmt], ranges=[(0.0, 1.0)])
+    assert ref["weights"] == pytest.approx(lam, rel=1e-9)  # the plain loop agrees with the paper numbers
+    assert out.advantages.double().tolist() == pytest.approx(ref["advantages"], rel=1e-5, abs=1e-6)
 
 
 def test_three_channel_controller_shares_the_rest_by_ema():

@@ -143,10 +143,13 @@ def test_clipped_surrogate_seq_mean_token_mean_by_hand():
 
 def test_clipped_surrogate_sequence_advantages_broadcast():
     log_prob, old, _, mask = _surrogate_inputs()
-    adv_seq = t([0.5, -1.5])
-    a = clipped_surrogate_loss(log_prob, old, adv_seq, mask, dual_clip=3.0)
-    b = clipped_surrogate_loss(log_prob, old, adv_seq[:, None].expand(2, 3), mask, dual_clip=3.0)
-    assert a.loss.item() == pytest.approx(b.loss.item())
+    out = clipped_surrogate_loss(log_prob, old, t([0.5, -1.5]), mask, dual_clip=3.0)
+    # row 0, A = +0.5, r = 1.5, 0.5, 1.1: max(-0.75, -0.64) = -0.64; max(-0.25, -0.4) = -0.25; -0.55
+    # row 1, A = -1.5, r = 4.0, 0.5, 1.5: max(6, 1.92) = 6 -> dual min(6, 4.5) = 4.5; max(0.75, 1.2) = 1.2;
+    #        max(2.25, 1.92) = 2.25
+    per_token = [[-0.64, -0.25, -0.55], [4.5, 1.2, 2.25]]
+    assert out.token_loss.flatten().tolist() == pytest.approx(sum(per_token, []), abs=1e-12)
+    assert out.loss.item() == pytest.approx(sum(map(sum, per_token)) / 6, abs=1e-12)
 
 
 @settings(max_examples=60, deadline=None)
