@@ -86,9 +86,7 @@ def lead_first_step(
     channels = [[float(c) for c in correct], r_l, *[list(col) for col in extra]]
     all_ranges = [(0.0, 1.0), (-1.0, 1.0), *ranges]
     k = len(channels)
-    stats = [
-        total_variance(ch, ids, correct if j == 1 else [True] * len(ids)) for j, ch in enumerate(channels)
-    ]
+    stats = [total_variance(ch, ids, correct if j == 1 else [True] * len(ids)) for j, ch in enumerate(channels)]
     cv = [sd / abs(mu) for mu, sd in stats]
     cv_norm = [c / sum(cv) for c in cv]
     potential = [(hi - min(max(mu, lo), hi)) / (hi - lo) for (mu, _), (lo, hi) in zip(stats, all_ranges)]

@@ -9,10 +9,10 @@ Groups are numbered by sorted id, so per-group results come in the order B, C, A
 
 import math
 
-import plain_math as plain
 import pytest
 import torch
 
+import plain_math as plain
 from dynashape import RolloutBatch, get_shaper
 from dynashape.controller import PSIController, psi_target_weights
 from dynashape.efficiency import efficiency_reward, target_lengths
@@ -189,7 +189,10 @@ def test_sequence_and_no_whitening():
 def test_psi_target_weights_two_channel_closed_form():
     eps = 1e-8
     t = psi_target_weights(
-        torch.tensor([0.5, 0.2], dtype=F), torch.tensor([0.5, 0.1], dtype=F), torch.tensor([[0.0, 1.0], [-1.0, 1.0]]), eps=eps
+        torch.tensor([0.5, 0.2], dtype=F),
+        torch.tensor([0.5, 0.1], dtype=F),
+        torch.tensor([[0.0, 1.0], [-1.0, 1.0]]),
+        eps=eps,
     )
     cv_c, cv_l = 0.5 / (0.5 + eps), 0.1 / (0.2 + eps)  # 1 and 1/2
     n_c, n_l = cv_c / (cv_c + cv_l + eps), cv_l / (cv_c + cv_l + eps)  # 2/3 and 1/3

@@ -148,7 +148,7 @@ def test_clipped_surrogate_sequence_advantages_broadcast():
     # row 1, A = -1.5, r = 4.0, 0.5, 1.5: max(6, 1.92) = 6 -> dual min(6, 4.5) = 4.5; max(0.75, 1.2) = 1.2;
     #        max(2.25, 1.92) = 2.25
     per_token = [[-0.64, -0.25, -0.55], [4.5, 1.2, 2.25]]
-    assert out.token_loss.flatten().tolist() == pytest.approx(sum(per_token, []), abs=1e-12)
+    assert out.token_loss.flatten().tolist() == pytest.approx([x for row in per_token for x in row], abs=1e-12)
     assert out.loss.item() == pytest.approx(sum(map(sum, per_token)) / 6, abs=1e-12)
 
 

@@ -1,11 +1,11 @@
 """Properties of every shaper (hypothesis) and equivalence to the slow loop reference."""
 
-import plain_math as plain
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+import plain_math as plain
 from dynashape import RolloutBatch, get_shaper
 from dynashape.groups import Groups, group_mean
 from dynashape.testing.loop_reference import grpo_loop, lead_loop, shorterbetter_loop

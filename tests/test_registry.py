@@ -5,7 +5,6 @@ import pytest
 from dynashape import Shaper, available_shapers, config_class, get_shaper, register_shaper
 from dynashape.shapers.grpo import GrpoConfig
 
-
 BUILTIN = ("grpo", "grpo_length", "gdpo", "lead", "shorterbetter", "meds", "lead_meds")
 
 

@@ -231,7 +231,12 @@ def top1_eigen_ratio(features: Tensor | npt.ArrayLike) -> float:
     Raises:
         ValueError if ``features`` is not 2-D or holds a non-finite value (naming its row).
     """
-    x = torch.as_tensor(features).detach().to(device="cpu", dtype=torch.float64)
+    # Not torch.as_tensor(features): under a default device (torch.set_default_device) it would move a CPU
+    # tensor there first.
+    if isinstance(features, Tensor):
+        x = features.detach().to(device="cpu", dtype=torch.float64)
+    else:
+        x = torch.as_tensor(np.asarray(features, dtype=np.float64), device="cpu")
     if x.dim() != 2:
         raise ValueError(f"features must be 2-D [M, D], got shape {tuple(x.shape)}")
     bad = (~torch.isfinite(x)).any(dim=1).nonzero()

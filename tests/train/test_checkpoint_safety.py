@@ -71,7 +71,7 @@ def test_state_file_that_runs_code_is_refused(tmp_path, file):
         pickle.dump({"step": 1, "evil": _Payload(os.fspath(marker))}, f)
     # The payload is live: plain unpickling of the same file runs it.
     with open(path / file, "rb") as f:
-        pickle.load(f)  # noqa: S301 - on purpose
+        pickle.load(f)
     assert marker.exists()
     marker.unlink()
     with pytest.raises(ckpt.CheckpointError, match=rf"checkpoint {path} is corrupt: .*"):
