@@ -5,8 +5,8 @@ states, data position, shaper state: LEAD's EMA, MEDS's memory; plain values and
 (format version, step, hash of the resolved config, file list). It is written to a temporary folder and
 renamed into place, so a killed run leaves either a complete checkpoint or none. A checkpoint that cannot be
 read or that belongs to a different config raises ``CheckpointError`` with what is wrong; nothing here ever
-deletes or overwrites it. Every file is read with ``torch.load(weights_only=True)``: a file that would need arbitrary unpickling (code
-run on load) is refused as corrupt.
+deletes or overwrites it. Every file is read with ``torch.load(weights_only=True)``: a file that would need
+arbitrary unpickling (code run on load) is refused as corrupt.
 """
 
 from __future__ import annotations
