@@ -66,12 +66,27 @@ def test_scripted_run_hand_values(backend: str) -> None:
     assert partition_sizes(mem, ("p", W)) == ([3, 4], 0)
     # Visit 4: 101.2 -> 100, 103, 200 (98.8 beats 2 at 99.2) -> Y (3); 301 -> 300, 0, 1.5 -> X (4).
     assert visit(mem, 101.2, 301) == [3, 4]
-    stats = mem.stats()
-    assert stats == {
+    # Refit of the 9 stored directions {0, 1.5, 2, 100, 101.2, 103, 200, 300, 301}. min_samples = 1: core
+    # distance 0, so mutual reachability is the chord 2 sin(gap / 2), increasing in the angular gap; the
+    # spanning tree is the circle of neighbours minus its widest gap (200-300, 100 deg). Edges, ascending:
+    # 0.5 (1.5-2), 1 (300-301), 1.2 (100-101.2), 1.5 (0-1.5), 1.8 (101.2-103), 59 (301-0), 97 (103-200),
+    # 98 (2-100). Condensed tree (lambda = 1 / chord), min_cluster_size = 2:
+    #   root splits at 98 into X = {300, 301, 0, 1.5, 2} (5) and Y = {100, 101.2, 103, 200} (4);
+    #   X splits at 59 into X1 = {300, 301} and X2 = {0, 1.5, 2} (both >= 2: a true split);
+    #   Y only sheds single points (200 at 97, 103 at 1.8, then 100 and 101.2 at 1.2): Y is a leaf and 200
+    #   stays its member.
+    # EOM at X: stability(X) = 5 (1/chord(59) - 1/chord(98)) = 5 (1.0154 - 0.6625) = 1.76, while
+    # stability(X1) alone = 2 (1/chord(1) - 1/chord(59)) = 2 (57.297 - 1.015) = 112.6 > 1.76: X1 and X2 are
+    # kept; Y is a leaf and kept; the root is never selected (allow_single_cluster False).
+    # Partition: {300, 301}, {0, 1.5, 2}, {100, 101.2, 103, 200}: 3 clusters, 0 noise points.
+    assert partition_sizes(mem, ("p", W)) == ([2, 3, 4], 0)
+    # One bank: clusters_per_bank = 3 / 1; noise_frac = 0 noise / 9 points; memory = 9 float32 2-vectors
+    # plus 9 int64 labels.
+    assert mem.stats() == {
         "banks": 1.0,
         "points": 9.0,
-        "clusters_per_bank": float(mem.banks_[("p", W)].labels.max() + 1),  # type: ignore[union-attr]
-        "noise_frac": stats["noise_frac"],
+        "clusters_per_bank": 3.0,
+        "noise_frac": 0.0,
         "memory_bytes": 9 * 2 * 4 + 9 * 8.0,
     }
 
@@ -404,18 +419,35 @@ def test_stats_hand_values_and_non_blocking() -> None:
 
 @pytest.mark.parametrize("backend_name", BACKENDS)
 def test_equals_official_loop_on_random_visits(backend_name: str) -> None:
-    """Equivalence to a slow loop written like the official code (per point kNN, then refit)."""
+    """Equivalence to a slow loop written like the official code (Linxi000/MEDS, recipe/MEDS/layer_logits_utils.py:
+    per point kNN vote over the bank before the batch, then a refit of the whole bank), using the clustering
+    libraries directly: nothing from dynashape.meds.clustering."""
     if backend_name == "hdbscan":
-        pytest.importorskip("hdbscan")
+        hdbscan = pytest.importorskip("hdbscan")
+    from sklearn.cluster import HDBSCAN
     from sklearn.neighbors import NearestNeighbors
 
-    from dynashape.meds.clustering import fit_labels, l2_normalize_rows
+    def official_refit(vectors: list[np.ndarray]) -> list[int]:
+        # The official guard: fewer than 2 vectors are all noise.
+        if len(vectors) < 2:
+            return [-1] * len(vectors)
+        x = np.stack(vectors)
+        unit = x / np.sqrt((x * x).sum(axis=1, keepdims=True))  # L2 rows (no zero rows in these visits)
+        # The official call: min_cluster_size=2, min_samples=1, metric="euclidean", everything else the
+        # library default (eom, allow_single_cluster False, alpha 1, epsilon 0); sklearn takes the same names.
+        if backend_name == "sklearn":
+            clusterer = HDBSCAN(min_cluster_size=2, min_samples=1, metric="euclidean", copy=True)
+        else:
+            clusterer = hdbscan.HDBSCAN(min_cluster_size=2, min_samples=1, metric="euclidean")
+        return [int(label) for label in clusterer.fit_predict(unit)]
 
     visits = list(random_visits(4, seed=8, prompts=5, rollouts=6, dim=4))
-    mem = ErrorMemory(backend=backend_name)
+    # ErrorMemory's keyword defaults and MemoryConfig's defaults are written twice: both must be the official.
+    mems = [ErrorMemory(backend=backend_name), ErrorMemory.from_config(MemoryConfig(backend=backend_name))]
     banks: dict[tuple[str, bool], dict[str, list]] = {}
+    votes: list[int] = []
     for keys, correct, x in visits:
-        got = mem.update(keys, correct, x)
+        got = [mem.update(keys, correct, x) for mem in mems]
         want = np.zeros(len(keys), dtype=np.int64)
         order: dict[tuple[str, bool], list[int]] = {}
         for i, key in enumerate(zip(keys, correct.tolist(), strict=True)):
@@ -428,7 +460,71 @@ def test_equals_official_loop_on_random_visits(backend_name: str) -> None:
                     nn = NearestNeighbors(n_neighbors=min(3, len(stored)), metric="cosine", algorithm="brute")
                     idx = nn.fit(stored).kneighbors(x[i : i + 1].astype(np.float64))[1][0]
                     values, counts = np.unique(labels[idx], return_counts=True)
-                    want[i] = int(np.sum(labels == values[np.argmax(counts)]))
+                    votes.append(int(values[np.argmax(counts)]))  # np.unique sorts: a tie goes to the smallest
+                    want[i] = int(np.sum(labels == votes[-1]))
             bank["vectors"].extend(x[i].astype(np.float64) for i in rows)
-            bank["labels"] = fit_labels(l2_normalize_rows(np.stack(bank["vectors"])), backend=backend_name).tolist()
-        np.testing.assert_array_equal(got, want)
+            bank["labels"] = official_refit(bank["vectors"])
+        np.testing.assert_array_equal(got[0], want)
+        np.testing.assert_array_equal(got[1], want)
+    # The visits must exercise both kinds of vote: some |C| counts a cluster, some counts the noise points.
+    assert min(votes) == -1 and max(votes) >= 0, votes
+
+
+@pytest.mark.parametrize(
+    "backend_name",
+    [
+        pytest.param(
+            "sklearn",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="bug in dynashape.meds.clustering.fit_labels: min_samples is passed unchanged to "
+                "sklearn.cluster.HDBSCAN, which counts the point itself, while the hdbscan package of the official "
+                "code does not (sklearn's HDBSCAN notes: use min_samples + 1 in sklearn to match); the default 1 "
+                "is unaffected (both give single linkage), min_samples >= 2 gives backend-dependent partitions",
+            ),
+        ),
+        "hdbscan",
+    ],
+)
+def test_min_samples_two_counts_like_the_official_package(backend_name: str) -> None:
+    if backend_name == "hdbscan":
+        pytest.importorskip("hdbscan")
+    mem = ErrorMemory(backend=backend_name, min_samples=2)
+    visit(mem, 0, 2)
+    visit(mem, 100, 103)
+    # Official convention (hdbscan package): min_samples = 2 neighbours besides the point, so the core distance
+    # is the chord to the second nearest OTHER point: 0 -> 100 deg, 2 -> 98, 100 -> 98, 103 -> 101.
+    # Mutual reachability = max(core a, core b, chord): (2, 100) 98, (0, 2) and (0, 100) 100, (103, 100) and
+    # (103, 2) 101. Tree: 2-100 at 98, 0 joins at 100, 103 at 101. From the top, 103 then 0 fall out alone and
+    # the last pair splits into two single points: the root never splits into two clusters of >= 2 and is not
+    # selectable (allow_single_cluster False): all 4 points are noise. (Counting the point itself, the core
+    # distance is the nearest other point and the two pairs {0, 2}, {100, 103} would be clusters.)
+    assert partition_sizes(mem, ("p", W)) == ([], 4)
+
+
+@pytest.mark.parametrize(
+    "backend_name",
+    [
+        pytest.param(
+            "sklearn",
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=ValueError,
+                reason="bug in dynashape.meds.clustering.fit_labels: sklearn.cluster.HDBSCAN refuses min_samples "
+                "above the bank size (ValueError after the rows were stored), where the hdbscan package clamps it "
+                "to the bank size - 1",
+            ),
+        ),
+        "hdbscan",
+    ],
+)
+def test_min_samples_above_bank_size_is_clamped(backend_name: str) -> None:
+    if backend_name == "hdbscan":
+        pytest.importorskip("hdbscan")
+    mem = ErrorMemory(backend=backend_name, min_samples=3)
+    # Two stored points: 3 neighbours besides the point do not exist; the official package clamps to the one
+    # other point. Either way a root of 2 points cannot split into two clusters of >= 2: both are noise.
+    assert visit(mem, 0, 2) == [0, 0]
+    assert partition_sizes(mem, ("p", W)) == ([], 2)
+    # Next visit: 1 -> neighbours 0 and 2, both noise -> |C| = 2 noise points.
+    assert visit(mem, 1) == [2]
