@@ -470,22 +470,7 @@ def test_equals_official_loop_on_random_visits(backend_name: str) -> None:
     assert min(votes) == -1 and max(votes) >= 0, votes
 
 
-@pytest.mark.parametrize(
-    "backend_name",
-    [
-        pytest.param(
-            "sklearn",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="bug in dynashape.meds.clustering.fit_labels: min_samples is passed unchanged to "
-                "sklearn.cluster.HDBSCAN, which counts the point itself, while the hdbscan package of the official "
-                "code does not (sklearn's HDBSCAN notes: use min_samples + 1 in sklearn to match); the default 1 "
-                "is unaffected (both give single linkage), min_samples >= 2 gives backend-dependent partitions",
-            ),
-        ),
-        "hdbscan",
-    ],
-)
+@pytest.mark.parametrize("backend_name", ["sklearn", "hdbscan"])
 def test_min_samples_two_counts_like_the_official_package(backend_name: str) -> None:
     if backend_name == "hdbscan":
         pytest.importorskip("hdbscan")
@@ -502,22 +487,7 @@ def test_min_samples_two_counts_like_the_official_package(backend_name: str) -> 
     assert partition_sizes(mem, ("p", W)) == ([], 4)
 
 
-@pytest.mark.parametrize(
-    "backend_name",
-    [
-        pytest.param(
-            "sklearn",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=ValueError,
-                reason="bug in dynashape.meds.clustering.fit_labels: sklearn.cluster.HDBSCAN refuses min_samples "
-                "above the bank size (ValueError after the rows were stored), where the hdbscan package clamps it "
-                "to the bank size - 1",
-            ),
-        ),
-        "hdbscan",
-    ],
-)
+@pytest.mark.parametrize("backend_name", ["sklearn", "hdbscan"])
 def test_min_samples_above_bank_size_is_clamped(backend_name: str) -> None:
     if backend_name == "hdbscan":
         pytest.importorskip("hdbscan")

@@ -168,12 +168,12 @@ def fit_labels(
 ) -> np.ndarray:
     """Step 3 of MEDS section 2: cluster a whole bank (after the append).
 
-    HDBSCAN with Euclidean distance on unit rows, ``min_cluster_size=2``, ``min_samples=1`` (core distance 0,
-    so mutual reachability is the plain distance: single linkage), ``cluster_selection_method="eom"``,
-    ``allow_single_cluster=False``, ``alpha=1.0``, ``cluster_selection_epsilon=0.0``, which are the
-    ``hdbscan`` package defaults the official code relies on; scikit-learn's estimator is given the same
-    values explicitly (see the module docstring for the one difference: its spanning tree is exact). A bank
-    of fewer than 2 rows is all noise (the official guard).
+    HDBSCAN with Euclidean distance on unit rows, ``min_cluster_size=2``, ``min_samples=1`` (core distance =
+    distance to the nearest other row, never above an edge of the spanning tree: single linkage),
+    ``cluster_selection_method="eom"``, ``allow_single_cluster=False``, ``alpha=1.0``,
+    ``cluster_selection_epsilon=0.0``, which are the ``hdbscan`` package defaults the official code relies
+    on; scikit-learn's estimator is given the same values explicitly (see the module docstring for the one
+    difference: its spanning tree is exact). A bank of fewer than 2 rows is all noise (the official guard).
 
     Args:
         unit_rows: ``[n, d]`` L2-normalised float64 rows.
@@ -181,7 +181,9 @@ def fit_labels(
         backend: ``"sklearn"`` (``sklearn.cluster.HDBSCAN``) or ``"hdbscan"`` (the package the official code
             uses; optional dependency).
         min_cluster_size: HDBSCAN ``min_cluster_size``.
-        min_samples: HDBSCAN ``min_samples`` (includes the point itself in both backends).
+        min_samples: HDBSCAN ``min_samples`` as the ``hdbscan`` package (and so the official code) counts it:
+            neighbours other than the point itself. scikit-learn counts the point itself, so its estimator gets
+            ``min_samples + 1`` (its documented equivalence), clamped to the bank size as the package clamps.
 
     Returns:
         ``[n]`` int64 labels, ``-1`` for noise.
@@ -204,7 +206,7 @@ def fit_labels(
     if backend == "sklearn":
         from sklearn.cluster import HDBSCAN
 
-        clusterer = HDBSCAN(**params, copy=True)
+        clusterer = HDBSCAN(**{**params, "min_samples": min(min_samples + 1, n)}, copy=True)
     elif backend == "hdbscan":
         import hdbscan
 
