@@ -349,3 +349,45 @@ def test_half_precision_rewards_give_the_float32_result(name, dtype):
     out_f32 = get_shaper(name)(batch(rewards=half.float()))
     assert out_half.advantages.dtype == torch.float32
     assert torch.allclose(out_half.advantages, out_f32.advantages, atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------------------------------ presets and tuning grids
+@pytest.mark.parametrize("name", NAMES)
+def test_presets_build_the_shaper_scaled_to_the_budget(name):
+    from dynashape.train.presets import BUDGET, PRESETS, make_train_config
+
+    cfg = make_train_config(name)
+    assert cfg.shaper == name and PRESETS[name]["shaper"] == name
+    shaper = get_shaper(cfg.shaper, **cfg.shaper_kwargs)
+    scaled = {"cosine": "max_len", "pass_rate_linear": "budget"}
+    if name in scaled:
+        assert getattr(shaper.config, scaled[name]) == BUDGET
+
+
+def test_compare_command_takes_the_new_presets():
+    from dynashape.cli import _run_config, build_parser
+
+    args = build_parser().parse_args(["compare", "--methods", ",".join(NAMES), "--set", "shaper_kwargs.eps=1e-5"])
+    for name in args.methods.split(","):
+        run = _run_config(args, name, seed=1)
+        assert run.train.shaper == name and run.train.seed == 1 and run.train.shaper_kwargs["eps"] == 1e-5
+
+
+def test_tuning_grids_are_valid_and_centred_on_the_preset():
+    from dynashape.train.presets import PRESETS, TUNING_GRIDS, make_train_config, tuning_overrides
+
+    assert set(NAMES) | {"grpo_length", "gdpo", "shorterbetter", "lead_static"} <= set(TUNING_GRIDS)
+    for method, grid in TUNING_GRIDS.items():
+        ((key, values),) = grid.items()
+        assert len(values) == 3 and len(set(values)) == 3, method
+        points = [make_train_config(method, **o) for o in tuning_overrides(method)]
+        for cfg in points:
+            get_shaper(cfg.shaper, **cfg.shaper_kwargs)  # every point is a valid config
+        field = key.split(".", 1)[1] if key.startswith("shaper_kwargs.") else key
+        got = [cfg.shaper_kwargs[field] if key.startswith("shaper_kwargs.") else getattr(cfg, field) for cfg in points]
+        assert got == list(values), method
+        preset_value = PRESETS[method].get("shaper_kwargs", {}).get(field, PRESETS[method].get(field))
+        if preset_value is not None:
+            assert values[1] == preset_value, method
+    with pytest.raises(ValueError, match="'lead' has no tuning grid"):
+        tuning_overrides("lead")
