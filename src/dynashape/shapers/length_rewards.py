@@ -90,7 +90,7 @@ def cosine_length_reward(
     exceed_margin: float = 0.0,
 ) -> torch.Tensor:
     """Cosine length-scaled reward (Yeo et al. 2025, "Demystifying Long Chain-of-Thought Reasoning in LLMs",
-    arXiv 2502.03373, section 4.2 / appendix), as Hugging Face's `get_cosine_scaled_reward` computes it.
+    arXiv 2502.03373, its cosine length-scaling reward), as Hugging Face's `get_cosine_scaled_reward` computes it.
 
     With t = l / max_len and (lo, hi) = (min_value_correct, max_value_correct) for a correct answer,
     (max_value_wrong, min_value_wrong) for a wrong one (the source swaps the wrong pair on purpose):
@@ -187,7 +187,7 @@ class CosineShaper(Shaper):
 
 # --------------------------------------------------------------------------------------------- kimi_length
 def kimi_length_reward(correct: torch.Tensor, lengths: torch.Tensor, groups: Groups) -> torch.Tensor:
-    """Kimi k1.5 length reward (arXiv 2501.12599, section 2.3.3 "Length Penalty"), per group q:
+    """Kimi k1.5 length reward (arXiv 2501.12599, "Length Penalty"), per group q:
 
         lambda = 0.5 - (l - min_q l) / (max_q l - min_q l)
         len_reward = lambda if correct else min(0, lambda);   0 for the whole group when max_q l = min_q l
@@ -353,7 +353,7 @@ def length_zscore_reward(
     wrong_reward: float,
     z_eps: float,
 ) -> torch.Tensor:
-    """GRPO-LEAD's length-dependent accuracy reward (arXiv 2504.09696, section 3.1), per group q:
+    """GRPO-LEAD's length-dependent accuracy reward (arXiv 2504.09696, "length-dependent accuracy reward"), per group q:
 
         z = (l - mu_q) / (sigma_q + z_eps),   mu_q, sigma_q over the group's CORRECT answers only
         r = exp(-alpha * z) if correct,  wrong_reward otherwise
