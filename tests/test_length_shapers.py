@@ -218,6 +218,40 @@ def test_finite_on_every_legal_input(b, name, extreme):
     assert all(math.isfinite(v) for v in out.metrics.values())
 
 
+def rewards_loop(name: str, ids: list[int], correct: list[bool], lengths: list[int]) -> list[float]:
+    """Each source's reward with default settings, one rollout at a time, group statistics by list scans."""
+    out = []
+    for g, c, length in zip(ids, correct, lengths):
+        mine = [(cc, ll) for gg, cc, ll in zip(ids, correct, lengths) if gg == g]
+        if name == "cosine":
+            lo, hi = (0.5, 1.0) if c else (-0.5, -1.0)
+            out.append(lo + 0.5 * (hi - lo) * (1 + math.cos(math.pi * length / 1000)))
+        elif name == "kimi_length":
+            lo, hi = min(ll for _, ll in mine), max(ll for _, ll in mine)
+            lam = 0.0 if hi == lo else 0.5 - (length - lo) / (hi - lo)
+            out.append(float(c) + (lam if c else min(0.0, lam)))
+        elif name == "pass_rate_linear":
+            pass_rate = sum(cc for cc, _ in mine) / len(mine)
+            out.append(float(c) - 0.25 * pass_rate * length / 2048)
+        else:
+            ok = [ll for cc, ll in mine if cc]
+            mu = sum(ok) / len(ok) if ok else 0.0
+            sd = math.sqrt(sum((x - mu) ** 2 for x in ok) / (len(ok) - 1)) if len(ok) > 1 else 1.0
+            out.append(math.exp(-0.05 * (length - mu) / (sd + 1e-6)) if c else -1.0)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(b=batches(max_len=5000), name=st.sampled_from(NAMES))
+def test_vectorised_shapers_equal_a_per_rollout_loop(b, name):
+    ids, correct, lengths = b.group_ids.tolist(), b.correct.tolist(), b.lengths.tolist()
+    expected = rewards_loop(name, ids, correct, lengths)
+    out = get_shaper(name)(b)
+    assert out.rewards[:, 0].double().tolist() == pytest.approx(expected, rel=1e-6, abs=1e-6)
+    std = "none" if name == "pass_rate_linear" else "unbiased"
+    assert torch.allclose(out.advantages.double(), torch.tensor(normalise_loop(expected, ids, std), dtype=F), atol=1e-5)
+
+
 @settings(max_examples=40, deadline=None)
 @given(b=batches(max_len=5000), name=st.sampled_from(NAMES), data=st.data())
 def test_permutation_equivariance(b, name, data):
