@@ -237,8 +237,8 @@ class KimiLengthShaper(Shaper):
     handed (the whole batch under TRL) and over characters; we follow the paper's per-prompt definition and count
     tokens. Edge cases: a group of one rollout, or of equal lengths, has length reward 0 (so its advantage is
     plain GRPO's: 0 for a single rollout); an all-correct group gets r = 1 + weight * lambda (the shortest
-    best); an all-wrong group gets r = weight * min(0, lambda) (the longer half punished, the shorter half
-    tied at 0).
+    best); an all-wrong group gets r = weight * min(0, lambda) (answers past the midpoint of the group's length
+    range punished, the others tied at 0).
     """
 
     config_cls = KimiLengthConfig
