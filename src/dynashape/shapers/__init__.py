@@ -3,7 +3,7 @@
 Importing this package registers the built-in shapers.
 """
 
-from dynashape.shapers import grpo, lead, meds
+from dynashape.shapers import grpo, lead, length_rewards, meds
 from dynashape.shapers.base import Shaped, Shaper
 from dynashape.shapers.registry import available_shapers, config_class, get_shaper, register_shaper
 

@@ -11,7 +11,18 @@ shaper and loss differ. Length parameters are scaled to the toy task from the pa
   a 5- or 6-operand concise trace (~40 / ~47 tokens) and loose for a 2-operand one (~17);
 * ShorterBetter: alpha = 2, beta per token scaled by 4000 / B ~ 60 from the paper's 0.001 -> 0.06;
 * DAPO / MEDS: overlong buffer B / 6 (DAPO: 4096 of 20480 is 1 / 5), dual clip 10 for MEDS;
-* MEDS fingerprints: the last half of the decoder layers (the paper: 14 of 28), i.e. 2 of 4.
+* MEDS fingerprints: the last half of the decoder layers (the paper: 14 of 28), i.e. 2 of 4;
+* cosine: max_len = B (the cosine spans the whole budget, as the paper's max_len is its generation limit);
+  its reward values are dimensionless and keep open-r1's defaults;
+* kimi_length: weight 1, unscaled: lambda uses only (l - min) / (max - min) within a group, free of units;
+* pass_rate_linear: budget = B (prime-rl divides by its sequence length), coef 0.25 unscaled (the penalty is
+  already a fraction of the budget);
+* length_zscore: alpha 0.05 and the -1 wrong reward unscaled (a z-score has no units).
+
+``TUNING_GRIDS`` is the small stated grid that the comparison tunes each global baseline on (validation split
+only): for each preset, one key in ``--set`` form (``shaper_kwargs.x`` or a ``TrainConfig`` field) and its values,
+the preset's own value in the middle, halved and doubled for a weight or coefficient; thresholds B/4, B/2, 3B/4;
+lead_static's lambda_c = 1 / (1 + rho) for rho = 0.25, 1, 4 of the paper's ratio sweep.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from typing import Any
 
 from dynashape.train.config import TrainConfig
 
-__all__ = ["PRESETS", "available_presets", "make_train_config"]
+__all__ = ["PRESETS", "TUNING_GRIDS", "available_presets", "make_train_config", "tuning_overrides"]
 
 BUDGET = 64
 L_MIN = BUDGET // 4
@@ -72,6 +83,25 @@ PRESETS: MappingProxyType[str, dict[str, Any]] = MappingProxyType(
             "fingerprint_layers": 2,
             "shaper_kwargs": {"b_max": BUDGET, "l_min": L_MIN, "meds": {"alpha": 0.1, "beta": 0.2}},
         },
+        # the length rewards engines ship (issue 10); defaults are the sources', scaled as the docstring says
+        "cosine": {"shaper": "cosine", "shaper_kwargs": {"max_len": BUDGET}},
+        "kimi_length": {"shaper": "kimi_length", "shaper_kwargs": {"weight": 1.0}},
+        "pass_rate_linear": {"shaper": "pass_rate_linear", "shaper_kwargs": {"coef": 0.25, "budget": BUDGET}},
+        "length_zscore": {"shaper": "length_zscore", "shaper_kwargs": {"alpha": 0.05, "wrong_reward": -1.0}},
+    }
+)
+
+# preset -> {key in --set form: grid}; see the module docstring for the rule
+TUNING_GRIDS: MappingProxyType[str, dict[str, tuple[float, ...]]] = MappingProxyType(
+    {
+        "grpo_length": {"shaper_kwargs.threshold": (BUDGET // 4, THRESHOLD, 3 * BUDGET // 4)},
+        "gdpo": {"length_threshold": (BUDGET // 4, THRESHOLD, 3 * BUDGET // 4)},
+        "shorterbetter": {"shaper_kwargs.beta": (0.03, 0.06, 0.12)},
+        "lead_static": {"shaper_kwargs.static_lambda_c": (0.8, 0.5, 0.2)},
+        "cosine": {"shaper_kwargs.min_value_correct": (0.25, 0.5, 0.75)},
+        "kimi_length": {"shaper_kwargs.weight": (0.5, 1.0, 2.0)},
+        "pass_rate_linear": {"shaper_kwargs.coef": (0.125, 0.25, 0.5)},
+        "length_zscore": {"shaper_kwargs.alpha": (0.025, 0.05, 0.1)},
     }
 )
 
@@ -95,3 +125,13 @@ def make_train_config(method: str, **overrides: Any) -> TrainConfig:
     values["shaper_kwargs"] = {**values.get("shaper_kwargs", {}), **overrides.pop("shaper_kwargs", {})}
     values.update(overrides)
     return TrainConfig(**values)
+
+
+def tuning_overrides(method: str) -> list[dict[str, Any]]:
+    """The ``make_train_config`` overrides of each point of ``TUNING_GRIDS[method]`` (one key per grid)."""
+    if method not in TUNING_GRIDS:
+        raise ValueError(f"method {method!r} has no tuning grid; grids: {', '.join(TUNING_GRIDS)}")
+    ((key, values),) = TUNING_GRIDS[method].items()
+    if key.startswith("shaper_kwargs."):
+        return [{"shaper_kwargs": {key.split(".", 1)[1]: v}} for v in values]
+    return [{key: v} for v in values]
