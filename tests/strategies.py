@@ -35,3 +35,14 @@ def batches(draw, max_groups: int = 6, max_size: int = 6, max_len: int = 8000, w
         lengths=torch.tensor(lengths),
         rewards=rewards,
     )
+
+
+def permuted(batch: RolloutBatch, perm: list[int]) -> RolloutBatch:
+    """The same rollouts in the order `perm` (fields without rollout rows are not carried)."""
+    p = torch.tensor(perm)
+    return RolloutBatch(
+        group_ids=batch.group_ids[p],
+        correct=batch.correct[p],
+        lengths=batch.lengths[p],
+        rewards=None if batch.rewards is None else batch.rewards[p],
+    )

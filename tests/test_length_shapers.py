@@ -20,7 +20,7 @@ from dynashape.shapers.length_rewards import (
     LengthZscoreConfig,
     PassRateLinearConfig,
 )
-from strategies import batches
+from strategies import batches, permuted
 
 F = torch.float64
 EPS = 1e-6
@@ -191,16 +191,6 @@ def test_equal_lengths_give_no_length_signal(name):
 
 
 # ---------------------------------------------------------------------------------------------- properties
-def _permuted(b: RolloutBatch, perm: list[int]) -> RolloutBatch:
-    idx = torch.tensor(perm)
-    return RolloutBatch(
-        group_ids=b.group_ids[idx],
-        correct=b.correct[idx],
-        lengths=b.lengths[idx],
-        rewards=None if b.rewards is None else b.rewards[idx],
-    )
-
-
 EXTREME = {
     "cosine": dict(max_len=1.0, exceed_length=None),
     "kimi_length": dict(weight=100.0),
@@ -257,7 +247,7 @@ def test_vectorised_shapers_equal_a_per_rollout_loop(b, name):
 def test_permutation_equivariance(b, name, data):
     perm = data.draw(st.permutations(range(len(b))))
     shaper = get_shaper(name)
-    base, moved = shaper(b).advantages, shaper(_permuted(b, perm)).advantages
+    base, moved = shaper(b).advantages, shaper(permuted(b, perm)).advantages
     assert torch.allclose(moved, base[torch.tensor(perm)], atol=1e-5)
 
 

@@ -9,19 +9,9 @@ import plain_math as plain
 from dynashape import RolloutBatch, get_shaper
 from dynashape.groups import Groups, group_mean
 from dynashape.testing.loop_reference import grpo_loop, lead_loop, shorterbetter_loop
-from strategies import batches
+from strategies import batches, permuted
 
 F = torch.float64
-
-
-def permuted(batch: RolloutBatch, perm: list[int]) -> RolloutBatch:
-    p = torch.tensor(perm)
-    return RolloutBatch(
-        group_ids=batch.group_ids[p],
-        correct=batch.correct[p],
-        lengths=batch.lengths[p],
-        rewards=None if batch.rewards is None else batch.rewards[p],
-    )
 
 
 @given(
