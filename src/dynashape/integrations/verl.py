@@ -34,7 +34,16 @@ Interfaces of verl 0.9.1 we rely on (checked by tests/integrations/test_verl_*.p
 
 from __future__ import annotations
 
-import importlib.util
+import sys
+
+if __name__ == "__main__":
+    # `python -m dynashape.integrations.verl --check` runs before anything below is imported: the check then
+    # imports this module the way verl does (its entry point), so an import error there is reported, not fatal.
+    from dynashape.integrations.verl_doctor import main
+
+    sys.exit(main())
+
+import importlib.util  # after the __main__ dispatch above, on purpose
 import logging
 import os
 from typing import Any
@@ -118,15 +127,7 @@ def _patch_fsdp(module: Any) -> None:
     patch_forward_step(module.FSDPEngineWithLMHead)
 
 
-if __name__ == "__main__":
-    # `python -m dynashape.integrations.verl --check`: the check imports this module the way verl does (through
-    # the entry point), so nothing is registered from this __main__ copy.
-    import sys
-
-    from dynashape.integrations.verl_doctor import main
-
-    sys.exit(main())
-elif importlib.util.find_spec("verl") is not None:
+if importlib.util.find_spec("verl") is not None:
     # verl swallows plugin import errors at debug level; log ours loudly instead of vanishing silently.
     try:
         register()

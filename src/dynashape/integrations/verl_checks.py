@@ -112,8 +112,8 @@ def config_problems(config: Any) -> list[str]:
         )
     if changed_by:
         why = (
-            f"{' and '.join(changed_by)} change the summed reward, so algorithm.{name}.correct_threshold cannot "
-            "tell right from wrong"
+            f"{' and '.join(changed_by)} {'change' if len(changed_by) > 1 else 'changes'} the summed reward, so "
+            f"algorithm.{name}.correct_threshold cannot tell right from wrong"
         )
         if verdict == "threshold":
             problems.append(f"algorithm.{name}.verdict=threshold: {why}; use verdict=acc or auto")
