@@ -5,6 +5,7 @@ dynashape train --method meds --steps 80 --set lr=5e-4 --set shaper_kwargs.alpha
 dynashape compare --methods lead,grpo_length,gdpo,shorterbetter,drpo --seeds 0,1
 dynashape eval --run-dir runs/lead-seed0
 dynashape report --run-dir runs/lead-seed0
+dynashape doctor                      # can verl load the dynashape plugin here? (run on every node image)
 """
 
 from __future__ import annotations
@@ -99,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="(re)write report.md and plots of a run folder")
     p.add_argument("--run-dir", required=True)
+
+    sub.add_parser(
+        "doctor",
+        help="check that verl loads the dynashape plugin in this environment (python -m dynashape.integrations.verl "
+        "--check); skipped when verl is not installed",
+    )
     return parser
 
 
@@ -172,7 +179,24 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"train": _cmd_train, "compare": _cmd_compare, "eval": _cmd_eval, "report": _cmd_report}
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("verl") is None:
+        print("SKIP verl plugin: verl is not installed in this environment")
+        return 0
+    from dynashape.integrations.verl_doctor import run_check
+
+    return run_check()
+
+
+_COMMANDS = {
+    "train": _cmd_train,
+    "compare": _cmd_compare,
+    "eval": _cmd_eval,
+    "report": _cmd_report,
+    "doctor": _cmd_doctor,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,7 +8,6 @@ carries a KL or overlong term; plugin import errors swallowed by verl's entry-po
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
@@ -218,9 +217,11 @@ def test_check_command_fails_when_verl_is_told_to_skip_plugins():
     assert "FAIL VERL_USE_EXTERNAL_PLUGINS=none" in out.stdout
 
 
-def test_dynashape_doctor_runs_the_same_check():
-    from dynashape.integrations.verl_doctor import run_check
+def test_dynashape_doctor_runs_the_same_check(capsys, monkeypatch):
+    from dynashape.cli import main
 
-    buffer = io.StringIO()
-    assert run_check(buffer) == 0
-    assert "lead*" in buffer.getvalue()
+    assert main(["doctor"]) == 0
+    assert "lead*" in capsys.readouterr().out
+    monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "lead_only_plugin")
+    assert main(["doctor"]) == 1
+    assert "does not name 'dynashape'" in capsys.readouterr().out
