@@ -225,3 +225,15 @@ def test_dynashape_doctor_runs_the_same_check(capsys, monkeypatch):
     monkeypatch.setenv("VERL_USE_EXTERNAL_PLUGINS", "lead_only_plugin")
     assert main(["doctor"]) == 1
     assert "does not name 'dynashape'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("script", ["verl_lead_r1_distill_1.5b.sh", "verl_dapo_meds_qwen2.5_math_7b.sh"])
+def test_the_example_launch_scripts_pass_the_start_up_checks(script):
+    import shlex
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    text = open(os.path.join(root, "examples", script)).read()
+    body = text.split("python3 -m verl.trainer.main_ppo", 1)[1].split('"$@"', 1)[0].replace("\\\n", " ")
+    for var, value in {"DATA": "/data", "MODEL": "/model", "NGPUS": "8", "OUT": "/out", "MAX_RESPONSE": "3072"}.items():
+        body = body.replace(f'"${var}"', value).replace(f"${var}", value)
+    assert config_problems(compose(shlex.split(body))) == []
