@@ -240,3 +240,11 @@ def test_state_paths_follow_verls_folders(tmp_path):
     assert vs.state_path(resume, "lead", 5, str(tmp_path / "s"), resuming=True) == str(
         tmp_path / "s" / "global_step_5" / "dynashape_lead_state.pt"
     )
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("verl") is not None, reason="verl is installed here")
+def test_doctor_without_verl_says_so_and_exits_0(capsys):
+    from dynashape.cli import main
+
+    assert main(["doctor"]) == 0
+    assert capsys.readouterr().out.strip() == "SKIP verl plugin: verl is not installed in this environment"

@@ -294,6 +294,11 @@ def estimate(
             f"the '{name}' advantage estimator needs per-prompt uids: verl passes index=non_tensor_batch['uid']; "
             "it was missing from the batch"
         )
+    if token_level_rewards.dim() != 2 or response_mask.shape != token_level_rewards.shape:
+        raise ValueError(
+            f"token_level_rewards/response_mask: expected equal shapes [bs, T], got "
+            f"{tuple(token_level_rewards.shape)} and {tuple(response_mask.shape)}"
+        )
     session = session_for(name, config)
     extras = _PENDING_EXTRAS[-1] if _PENDING_EXTRAS else EstimatorExtras()
     bs = token_level_rewards.shape[0]
@@ -302,11 +307,6 @@ def estimate(
         raise ValueError(
             f"the '{name}' advantage estimator needs stable prompt keys and fingerprints, which verl only passes "
             "through the dynashape trainer: set trainer.use_v1=true trainer.v1.trainer_mode=dynashape"
-        )
-    if token_level_rewards.dim() != 2 or response_mask.shape != token_level_rewards.shape:
-        raise ValueError(
-            f"token_level_rewards/response_mask: expected equal shapes [bs, T], got "
-            f"{tuple(token_level_rewards.shape)} and {tuple(response_mask.shape)}"
         )
     if len(index) != bs:
         raise ValueError(f"index: has {len(index)} uids but token_level_rewards has {bs} rows")
