@@ -7,7 +7,7 @@
 #   setup        a Python with CUDA torch and this checkout installed (see "Environment" below)
 #   gpu-tests    pytest -m gpu on the library tests (tests/, engine suites excluded)
 #   fingerprint  benchmarks/bench_fingerprint.py --real-shape --device cuda (Qwen2.5-1.5B shape, random weights, bf16)
-#   train        dynashape train --device cuda for 3 RL steps (toy model, short warm-up, default evaluation)
+#   train        dynashape train --device cuda for 3 RL steps (toy model, short warm-up, 1 eval sample of <= 96 tokens)
 #   trl          pytest -m gpu tests/integrations: ShapedGRPOTrainer for 5 steps on CUDA (TRL is installed in setup)
 # Full logs: $GPU_CHECK_LOG_DIR (default runs/gpu_check/<part>.log); a failing part prints its last 30 lines.
 # Exit status: 0 when no part failed (SKIPs allowed), 1 otherwise. Without a CUDA GPU it prints one SKIP line and
@@ -102,8 +102,8 @@ if [[ $FAILED == 0 ]]; then
   rm -rf "$RUN_DIR"
   part gpu-tests 60 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests --ignore=tests/integrations
   part fingerprint 90 "$PY" benchmarks/bench_fingerprint.py --real-shape --device cuda
-  part train 120 "$PY" -m dynashape.cli train --device cuda --steps 3 --warmup-steps 30 --no-progress \
-    --run-dir "$RUN_DIR" --cache-dir "$LOG_DIR/cache"
+  part train 120 "$PY" -m dynashape.cli train --device cuda --steps 3 --warmup-steps 30 --eval-samples 1 \
+    --eval-max-new-tokens 96 --no-progress --run-dir "$RUN_DIR" --cache-dir "$LOG_DIR/cache"
   part trl 90 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/integrations
 else
   for name in gpu-tests fingerprint train trl; do SUMMARY+=("gpu_check: SKIP $name 0 s setup failed"); done

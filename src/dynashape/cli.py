@@ -57,9 +57,15 @@ def _run_config(args: argparse.Namespace, method: str, seed: int) -> Any:
         overrides["steps"] = args.steps
     base = RunConfig()
     warmup = base.warmup if args.warmup_steps is None else dataclasses.replace(base.warmup, steps=args.warmup_steps)
+    evaluation = base.eval
+    if args.eval_samples is not None:
+        evaluation = dataclasses.replace(evaluation, n_samples=args.eval_samples)
+    if args.eval_max_new_tokens is not None:
+        evaluation = dataclasses.replace(evaluation, max_new_tokens=args.eval_max_new_tokens)
     return RunConfig(
         train=make_train_config(method, seed=seed, **overrides),
         warmup=warmup,
+        eval=evaluation,
         model_path=args.model,
         data_path=args.data,
         device=args.device,
@@ -70,6 +76,8 @@ def _run_config(args: argparse.Namespace, method: str, seed: int) -> Any:
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="RL steps (default: the preset's)")
     p.add_argument("--warmup-steps", type=int, default=None, help="supervised warm-up steps of the toy base model")
+    p.add_argument("--eval-samples", type=int, default=None, help="held-out samples per problem (default 4)")
+    p.add_argument("--eval-max-new-tokens", type=int, default=None, help="held-out generation cap (default 256)")
     p.add_argument("--model", default=None, help="local Hugging Face causal LM path (default: the toy model)")
     p.add_argument("--data", default=None, help="JSONL / parquet dataset (default: the toy task)")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1, mps")
