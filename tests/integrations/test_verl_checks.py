@@ -237,3 +237,14 @@ def test_the_example_launch_scripts_pass_the_start_up_checks(script):
     for var, value in {"DATA": "/data", "MODEL": "/model", "NGPUS": "8", "OUT": "/out", "MAX_RESPONSE": "3072"}.items():
         body = body.replace(f'"${var}"', value).replace(f"${var}", value)
     assert config_problems(compose(shlex.split(body))) == []
+
+
+def test_check_command_runs_the_start_up_checks_on_launch_overrides(capsys):
+    """Before Ray starts: --check with the launch overrides composes verl's config and refuses what would fail."""
+    from dynashape.integrations.verl_doctor import main
+
+    assert main(["--check", "algorithm.adv_estimator=meds", "trainer.v1.trainer_mode=dynashape"]) == 0
+    assert "passes the start-up checks" in capsys.readouterr().out
+    assert main(["--check", "--config-name", "ppo_megatron_trainer", "algorithm.adv_estimator=meds"]) == 1
+    fails = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
+    assert len(fails) == 2 and "trainer_mode=sync" in fails[0] and "strategy=megatron" in fails[1]

@@ -8,7 +8,10 @@ import (a missing dependency, a version clash on one node image) shows up only a
 2. loads it exactly as verl does (``EntryPoint.load()``), but lets an error through: traceback, exit status 1;
 3. imports verl and lists the registered advantage estimators, ours marked, failing if one of ours is missing;
 4. imports verl's v1 trainer, legacy trainer and FSDP engine modules, and checks that the ``dynashape`` trainer
-   mode is registered and that the start-up checks, checkpoint hooks and fingerprint patch are in place.
+   mode is registered and that the start-up checks, checkpoint hooks and fingerprint patch are in place;
+5. with launch overrides after ``--check`` (``python -m dynashape.integrations.verl --check
+   algorithm.adv_estimator=meds ...``), composes verl's own config from them as ``verl.trainer.main_ppo`` does
+   and runs the start-up checks on it, so a configuration we cannot run fails before Ray is even started.
 
 Exit status: 0 when everything is in place, 1 otherwise (the failing step is printed last, after its traceback).
 """
@@ -25,7 +28,7 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from typing import TextIO
 
-__all__ = ["ENTRY_POINT_VALUE", "main", "run_check"]
+__all__ = ["ENTRY_POINT_VALUE", "check_overrides", "main", "run_check"]
 
 ENTRY_POINT_VALUE = "dynashape.integrations.verl"
 _ESTIMATOR_MODULE = "dynashape.integrations.verl_estimators"
@@ -43,6 +46,29 @@ def _import(out: TextIO, module: str, why: str) -> object | None:
         traceback.print_exc(file=out)
         _fail(out, f"import {module} failed ({why})")
         return None
+
+
+def check_overrides(overrides: Sequence[str], config_name: str = "ppo_trainer", out: TextIO | None = None) -> int:
+    """Compose verl's `config_name` with Hydra `overrides` (as ``verl.trainer.main_ppo`` does); run the checks."""
+    out = sys.stdout if out is None else out
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    from dynashape.integrations.verl_checks import config_problems
+
+    config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    try:
+        with initialize_config_dir(config_dir=config_dir, version_base=None):
+            config = compose(config_name=config_name, overrides=list(overrides))
+    except Exception as err:
+        return _fail(out, f"verl cannot compose {config_name} with these overrides: {err}")
+    problems = config_problems(config)
+    for problem in problems:
+        print(f"FAIL {problem}", file=out)
+    if problems:
+        return 1
+    print(f"ok   configuration ({config_name} + {len(overrides)} overrides) passes the start-up checks", file=out)
+    return 0
 
 
 def run_check(out: TextIO | None = None) -> int:
@@ -139,8 +165,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Check that verl can load the dynashape plugin in this environment (run on every node image).",
     )
     parser.add_argument("--check", action="store_true", help="import the plugin as verl does and report")
+    parser.add_argument(
+        "--config-name", default="ppo_trainer", help="verl config the overrides apply to (e.g. ppo_megatron_trainer)"
+    )
+    parser.add_argument(
+        "overrides", nargs="*", help="verl launch overrides (key=value, +key=value) to run the start-up checks on"
+    )
     args = parser.parse_args(argv)
     if not args.check:
         parser.print_help()
         return 2
-    return run_check()
+    status = run_check()
+    if status == 0 and args.overrides:
+        status = check_overrides(args.overrides, args.config_name)
+    return status
