@@ -9,8 +9,9 @@
 #       --test-input math500.jsonl
 #   bash examples/verl_lead_r1_distill_1.5b.sh [extra hydra overrides...]
 #
-# trainer.v1.trainer_mode=dynashape checkpoints LEAD's EMA with every verl checkpoint, uses the verifier's
-# verdict (reward_extra_info["acc"]) and logs lead/* metrics; without it, set +algorithm.lead.state_dir=... .
+# trainer.v1.trainer_mode=dynashape uses the verifier's verdict (reward_extra_info["acc"]) and logs lead/* metrics.
+# LEAD's EMA is saved with every verl checkpoint (global_step_N/dynashape_lead_state.pt) and restored from the step
+# verl resumes from, in either mode. Check each node image first: python -m dynashape.integrations.verl --check
 set -euo pipefail
 
 DATA=${DATA:-$HOME/data/math_l35}

@@ -5,6 +5,7 @@ dynashape train --method meds --steps 80 --set lr=5e-4 --set shaper_kwargs.alpha
 dynashape compare --methods lead,grpo_length,gdpo,shorterbetter,drpo --seeds 0,1
 dynashape eval --run-dir runs/lead-seed0
 dynashape report --run-dir runs/lead-seed0
+dynashape doctor                      # can verl load the dynashape plugin here? (run on every node image)
 """
 
 from __future__ import annotations
@@ -56,9 +57,15 @@ def _run_config(args: argparse.Namespace, method: str, seed: int) -> Any:
         overrides["steps"] = args.steps
     base = RunConfig()
     warmup = base.warmup if args.warmup_steps is None else dataclasses.replace(base.warmup, steps=args.warmup_steps)
+    evaluation = base.eval
+    if args.eval_samples is not None:
+        evaluation = dataclasses.replace(evaluation, n_samples=args.eval_samples)
+    if args.eval_max_new_tokens is not None:
+        evaluation = dataclasses.replace(evaluation, max_new_tokens=args.eval_max_new_tokens)
     return RunConfig(
         train=make_train_config(method, seed=seed, **overrides),
         warmup=warmup,
+        eval=evaluation,
         model_path=args.model,
         data_path=args.data,
         device=args.device,
@@ -69,6 +76,8 @@ def _run_config(args: argparse.Namespace, method: str, seed: int) -> Any:
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None, help="RL steps (default: the preset's)")
     p.add_argument("--warmup-steps", type=int, default=None, help="supervised warm-up steps of the toy base model")
+    p.add_argument("--eval-samples", type=int, default=None, help="held-out samples per problem (default 4)")
+    p.add_argument("--eval-max-new-tokens", type=int, default=None, help="held-out generation cap (default 256)")
     p.add_argument("--model", default=None, help="local Hugging Face causal LM path (default: the toy model)")
     p.add_argument("--data", default=None, help="JSONL / parquet dataset (default: the toy task)")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1, mps")
@@ -99,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="(re)write report.md and plots of a run folder")
     p.add_argument("--run-dir", required=True)
+
+    sub.add_parser(
+        "doctor",
+        help="check that verl loads the dynashape plugin in this environment (python -m dynashape.integrations.verl "
+        "--check); skipped when verl is not installed",
+    )
     return parser
 
 
@@ -172,7 +187,24 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {"train": _cmd_train, "compare": _cmd_compare, "eval": _cmd_eval, "report": _cmd_report}
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("verl") is None:
+        print("SKIP verl plugin: verl is not installed in this environment")
+        return 0
+    from dynashape.integrations.verl_doctor import run_check
+
+    return run_check()
+
+
+_COMMANDS = {
+    "train": _cmd_train,
+    "compare": _cmd_compare,
+    "eval": _cmd_eval,
+    "report": _cmd_report,
+    "doctor": _cmd_doctor,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -143,3 +143,108 @@ def test_when_imported_fires_after_import_and_for_loaded_modules(tmp_path, monke
     when_imported(name, lambda module: seen.append(module.VALUE))  # already imported: runs now
     assert seen == [42, 41]
     sys.modules.pop(name, None)
+
+
+def test_verdict_setting_is_validated():
+    assert ve.parse_settings("lead", {"lead": {}}).verdict == "auto"
+    assert ve.parse_settings("lead", {"lead": {"verdict": "acc"}}).verdict == "acc"
+    with pytest.raises(ValueError, match=r"algorithm\.lead\.verdict: must be one of auto, acc, threshold, got 'yes'"):
+        ve.parse_settings("lead", {"lead": {"verdict": "yes"}})
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (np.array([True, False, True]), [True, False, True]),  # bools (dynashape's and verl's math functions)
+        (np.array([1.0, 0.0, 1.0]), [True, False, True]),  # a 0/1 score stored as acc
+        (np.array([1, -1, -1]), [True, False, False]),  # DAPO's +1/-1 score stored as acc
+        (np.array([True, 0.0, 1], dtype=object), [True, False, True]),  # mixed per-row Python values
+        (np.array([True, None], dtype=object), None),  # one row without a verdict: no verdicts at all
+        (np.array(["yes", "no"], dtype=object), None),
+        (None, None),
+    ],
+)
+def test_correct_from_acc(values, expected):
+    got = ve.correct_from_acc(values)
+    if expected is None:
+        assert got is None
+    else:
+        assert got.dtype == torch.bool and got.tolist() == expected
+
+
+def test_correct_from_acc_rejects_nan():
+    with pytest.raises(ValueError, match=r"reward_extra_info\['acc'\]: row 1 is nan"):
+        ve.correct_from_acc(np.array([1.0, float("nan")]))
+
+
+def test_empty_and_padding_rows_get_zero_advantage_without_verl():
+    estimator = ve.make_estimator("grpo_length")
+    lengths = torch.tensor([3, 5, 0, 4, 2, 6])  # row 2: empty response mask
+    mask = (torch.arange(8)[None, :] < lengths[:, None]).float()
+    rewards = torch.zeros(6, 8)
+    correct = torch.tensor([1, 0, 1, 1, 0, 0]).bool()
+    rewards[torch.arange(6), (lengths - 1).clamp(min=0)] = correct.float() * (lengths > 0)
+    index = np.array(["a", "a", "a", "b", "b", "b"], dtype=object)
+    padding = torch.tensor([False, False, False, False, False, True])  # row 5: tagged is_padding
+    with ve.provide_extras(ve.EstimatorExtras(padding=padding)):
+        adv, _ = estimator(rewards, mask, index=index, config=None)
+    keep = torch.tensor([0, 1, 3, 4])
+    expected = get_shaper("grpo_length")(
+        RolloutBatch(group_ids=torch.tensor([0, 0, 1, 1]), correct=correct[keep], lengths=lengths[keep])
+    ).advantages
+    torch.testing.assert_close(adv[keep], expected[:, None] * mask[keep], rtol=0, atol=0)
+    assert bool((adv[[2, 5]] == 0).all())
+
+
+class _Evil:
+    def __init__(self, marker) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import pathlib
+
+        return (pathlib.Path.touch, (self.marker,))
+
+
+def test_state_file_round_trip_and_refusals(tmp_path):
+    from dynashape.integrations import verl_state as vs
+
+    run = {"project_name": "p", "experiment_name": "e"}
+    shaper = get_shaper("lead", b_max=10, l_min=2)
+    shaper(RolloutBatch(group_ids=torch.tensor([0, 0]), correct=torch.tensor([1, 0]), lengths=torch.tensor([3, 9])))
+    path = str(tmp_path / "global_step_3" / vs.state_file_name("lead"))
+    vs.write_state_file(path, estimator="lead", global_step=3, run=run, shaper_state=shaper.state_dict())
+    assert vs.load_state_file(path, estimator="lead", global_step=3, run=run) == shaper.state_dict()
+    with pytest.raises(ValueError, match="another run"):
+        vs.load_state_file(path, estimator="lead", global_step=3, run={**run, "experiment_name": "other"})
+    with pytest.raises(ValueError, match="written at global step 3, but verl resumes from step 4"):
+        vs.load_state_file(path, estimator="lead", global_step=4, run=run)
+    with pytest.raises(ValueError, match="state of estimator 'lead', this run uses 'meds'"):
+        vs.load_state_file(path, estimator="meds", global_step=3, run=run)
+    marker = tmp_path / "ran"
+    torch.save({"format": 1, "shaper": _Evil(marker)}, path)
+    with pytest.raises(ValueError, match=rf"{path}: not a dynashape shaper state of plain values and tensors"):
+        vs.load_state_file(path, estimator="lead", global_step=3, run=run)
+    assert not marker.exists()
+
+
+def test_state_paths_follow_verls_folders(tmp_path):
+    from dynashape.integrations import verl_state as vs
+
+    cfg = {"trainer": {"default_local_dir": str(tmp_path / "ck"), "resume_mode": "auto"}}
+    assert vs.state_path(cfg, "lead", 5, None, resuming=False) == str(
+        tmp_path / "ck" / "global_step_5" / "dynashape_lead_state.pt"
+    )
+    resume = {"trainer": {**cfg["trainer"], "resume_mode": "resume_path", "resume_from_path": str(tmp_path / "x")}}
+    assert vs.state_path(resume, "lead", 5, None, resuming=True) == str(tmp_path / "x" / "dynashape_lead_state.pt")
+    assert vs.state_path(resume, "lead", 5, str(tmp_path / "s"), resuming=True) == str(
+        tmp_path / "s" / "global_step_5" / "dynashape_lead_state.pt"
+    )
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("verl") is not None, reason="verl is installed here")
+def test_doctor_without_verl_says_so_and_exits_0(capsys):
+    from dynashape.cli import main
+
+    assert main(["doctor"]) == 0
+    assert capsys.readouterr().out.strip() == "SKIP verl plugin: verl is not installed in this environment"

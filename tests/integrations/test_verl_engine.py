@@ -6,7 +6,6 @@ Run in the verl test environment (requirements/verl.txt, ci/integration.sh verl)
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -125,27 +124,6 @@ def test_meds_without_the_trainer_explains_how_to_enable_it():
     data, _ = make_data(seed=0)
     with pytest.raises(ValueError, match=r"trainer\.v1\.trainer_mode=dynashape"):
         run_verl(data, "meds", {})
-
-
-def test_plain_path_state_dir_survives_a_restart(tmp_path):
-    section = {"b_max": 40, "l_min": 10, "state_dir": str(tmp_path)}
-    uninterrupted = get_shaper("lead", b_max=40, l_min=10)
-    for step in range(4):
-        if step == 2:  # a driver restart: the in-process session is gone, the file remains
-            verl_estimators.reset_sessions()
-        data, truth = make_data(seed=10 + step)
-        mask = data.batch["response_mask"].clone()
-        out = run_verl(data, "lead", section)
-        expected = uninterrupted(RolloutBatch(**truth)).advantages[:, None] * mask
-        torch.testing.assert_close(out.batch["advantages"], expected, rtol=0, atol=0)
-    assert (tmp_path / "dynashape_lead_state.pt").exists()
-
-
-def test_plain_path_warns_that_state_will_not_survive(caplog):
-    data, _ = make_data(seed=0)
-    with caplog.at_level(logging.WARNING, logger="dynashape.integrations.verl_estimators"):
-        run_verl(data, "lead", {"b_max": 40, "l_min": 10})
-    assert "will not survive a restart unless +algorithm.lead.state_dir" in caplog.text
 
 
 def test_verifier_reward_function_is_importable_by_verl_path():

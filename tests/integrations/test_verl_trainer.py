@@ -26,7 +26,6 @@ from dynashape.integrations.verl_fingerprint import (  # noqa: E402
     FINGERPRINT_FIELD,
     FLAG_KEY,
 )
-from dynashape.integrations.verl_trainer import STATE_FILE  # noqa: E402
 from dynashape.train.tokenizer import build_char_tokenizer  # noqa: E402
 
 GROUP = 4
@@ -145,34 +144,6 @@ def test_advantages_use_the_verifier_verdict_and_metrics_reach_verl(make_trainer
         torch.testing.assert_close(got, shaped.advantages[:, None] * mask, rtol=0, atol=0)
         for key, value in shaped.metrics.items():
             assert metrics[key] == value, key
-
-
-def test_shaper_state_is_saved_with_the_checkpoint_and_restored(make_trainer, store, monkeypatch, tmp_path):
-    monkeypatch.setattr(PPOTrainer, "_save_checkpoint", lambda self: None)
-    trainer = make_trainer(config(tmp_path))
-    for step in range(3):
-        store["td"], truth, _ = trajectories(step)
-        trainer._compute_advantage(Meta(len(truth["lengths"])), {})
-    trainer.global_steps = 3
-    trainer._save_checkpoint()
-    path = tmp_path / "global_step_3" / STATE_FILE
-    assert path.exists()
-    saved = trainer.dynashape_session.shaper.state_dict()
-
-    # A restarted driver: fresh process state, verl resumes global_step_3, our state comes back with it.
-    from dynashape.integrations import verl_estimators
-
-    verl_estimators.reset_sessions()
-
-    def load(self):
-        self.global_steps = 3
-
-    monkeypatch.setattr(PPOTrainer, "_load_checkpoint", load)
-    resumed = make_trainer(config(tmp_path))
-    assert resumed.dynashape_session.shaper.state_dict() != saved  # fresh before loading
-    resumed._load_checkpoint()
-    assert torch.load(path, weights_only=False) == saved
-    assert resumed.dynashape_session.shaper.state_dict() == saved
 
 
 def test_meds_fields_flow_from_old_log_prob_to_the_estimator(make_trainer, store, monkeypatch, tmp_path):

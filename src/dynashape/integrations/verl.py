@@ -6,15 +6,21 @@ Install ``dynashape[verl]``; verl loads this module through the ``verl.plugins``
     algorithm.adv_estimator=lead +algorithm.lead.b_max=4000 +algorithm.lead.l_min=1000
     reward.custom_reward_function.path=pkg://dynashape.integrations.verl
     reward.custom_reward_function.name=compute_score
-    # optional, for checkpointed shaper state, verifier verdicts and MEDS fingerprints:
+    # optional, for verifier verdicts, padding flags and MEDS fingerprints:
     trainer.use_v1=true trainer.v1.trainer_mode=dynashape
+
+Check every node image once (imports the plugin as verl does, lists the estimators, fails loudly)::
+
+    python -m dynashape.integrations.verl --check
 
 Importing this module:
   * registers the estimators ``lead``, ``lead_meds``, ``meds``, ``shorterbetter``, ``grpo_length`` with
     ``verl.trainer.ppo.core_algos.register_adv_est`` (see :mod:`dynashape.integrations.verl_estimators`);
   * arranges, per process and only when that process imports them, that the v1 trainer ``dynashape`` is
-    registered (:mod:`dynashape.integrations.verl_trainer`) and that the FSDP actor's ``forward_step`` can return
-    MEDS fingerprints when the trainer asks for them (:mod:`dynashape.integrations.verl_fingerprint`).
+    registered (:mod:`dynashape.integrations.verl_trainer`), that the FSDP actor's ``forward_step`` can return
+    MEDS fingerprints when the trainer asks for them (:mod:`dynashape.integrations.verl_fingerprint`), and that
+    verl's trainers validate the configuration at start-up and save/restore the shaper state with their
+    checkpoints (:mod:`dynashape.integrations.verl_hooks`).
 
 Without verl installed the module still imports (``compute_score`` works anywhere) and registers nothing.
 Interfaces of verl 0.9.1 we rely on (checked by tests/integrations/test_verl_*.py):
@@ -28,7 +34,16 @@ Interfaces of verl 0.9.1 we rely on (checked by tests/integrations/test_verl_*.p
 
 from __future__ import annotations
 
-import importlib.util
+import sys
+
+if __name__ == "__main__":
+    # `python -m dynashape.integrations.verl --check` runs before anything below is imported: the check then
+    # imports this module the way verl does (its entry point), so an import error there is reported, not fatal.
+    from dynashape.integrations.verl_doctor import main
+
+    sys.exit(main())
+
+import importlib.util  # after the __main__ dispatch above, on purpose
 import logging
 import os
 from typing import Any
@@ -79,10 +94,25 @@ def register() -> list[str]:
         core_algos.register_adv_est(name)(make_estimator(name))
         registered.append(name)
 
+    when_imported("verl.trainer.ppo.v1.trainer_base", _patch_v1_trainer)
+    when_imported("verl.trainer.ppo.ray_trainer", _patch_legacy_trainer)
     when_imported("verl.trainer.ppo.v1", _register_trainer)
     if os.environ.get(PATCH_ENV, "1") != "0":
         when_imported("verl.workers.engine.fsdp.transformer_impl", _patch_fsdp)
     return registered
+
+
+def _patch_v1_trainer(module: Any) -> None:
+    from dynashape.integrations.verl_hooks import patch_trainer_class
+
+    patch_trainer_class(module.PPOTrainer)
+
+
+def _patch_legacy_trainer(module: Any) -> None:
+    from dynashape.integrations.verl_hooks import patch_compute_advantage, patch_trainer_class
+
+    patch_trainer_class(module.RayPPOTrainer)
+    patch_compute_advantage(module)
 
 
 def _register_trainer(_module: Any) -> None:

@@ -10,24 +10,30 @@ verl 0.9.1 calls a registered estimator from ``ray_trainer.compute_advantage`` (
 (``gae`` and ``grpo`` are hard-wired and never reach the registry; only ``gdpo`` gets ``non_tensor_batch``.)
 
 Translation, one rollout per row:
-    correct_i   = token_level_rewards[i].sum() > algorithm.<name>.correct_threshold   (default 0.5)
+    correct_i   = the reward function's verdict ``acc`` (``reward_extra_info["acc"]``, handed over by the trainer
+                  mode or, in verl's legacy trainer, read from ``non_tensor_batch["acc"]``) when every row has it;
+                  else token_level_rewards[i].sum() > algorithm.<name>.correct_threshold (default 0.5), which is
+                  refused with ``algorithm.use_kl_in_reward=true`` (the sum then includes the KL penalty)
     lengths_i   = response_mask[i].sum()                  (response tokens, EOS included, as verl counts)
     group_ids   = index numbered by value                 (verl's per-step uuid of the prompt)
     advantages  = shaper(batch).advantages[:, None] * response_mask,  returns = advantages
 
+Rows that are not rollouts never reach the shaper: verl's synthetic padding rows (``is_padding`` tags of
+``upsample_batch_to_divisible_size``, handed over by the trainer mode) and any row whose response mask is empty.
+They get advantage 0 and leave no trace in the shaper's state or metrics.
+
 The shaper lives in the driver process (estimators run there), so LEAD's EMA and the MEDS memory persist across
-steps. Per-sample extras that verl does not pass to estimators (stable prompt keys, MEDS fingerprints, the
-verifier's own verdict) are handed over by :mod:`dynashape.integrations.verl_trainer` through
-:func:`provide_extras` just before it calls verl's ``compute_advantage``.
+steps; :mod:`dynashape.integrations.verl_hooks` writes it with every verl checkpoint and restores it on resume.
+Per-sample extras that verl does not pass to estimators (stable prompt keys, MEDS fingerprints, the verifier's
+own verdict, padding flags) are handed over through :func:`provide_extras` just before verl's
+``compute_advantage`` runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +42,7 @@ import torch
 
 from dynashape.batch import RolloutBatch, group_ids_from_uids
 from dynashape.integrations.verl_settings import ADAPTER_KEYS, EstimatorSettings, parse_settings
+from dynashape.integrations.verl_state import save_state_atomic
 from dynashape.shapers import Shaped, config_class
 
 __all__ = [
@@ -44,13 +51,16 @@ __all__ = [
     "EstimatorExtras",
     "EstimatorSettings",
     "broadcast_advantages",
+    "correct_from_acc",
     "group_ids_from_index",
     "last_metrics",
     "make_estimator",
     "parse_settings",
+    "pending_extras",
     "provide_extras",
     "reset_sessions",
     "rollout_batch_from_verl",
+    "save_state_atomic",
     "session_for",
 ]
 
@@ -140,62 +150,51 @@ class EstimatorExtras:
         prompt_keys: [bs] stable prompt ids, or None.
         fingerprints: float [bs, D] with NaN rows, or None.
         correct: Bool [bs] verifier verdicts (overrides the threshold on the summed reward), or None.
+        padding: Bool [bs], True for verl's synthetic padding rows (``is_padding`` tags), or None.
     """
 
     prompt_keys: Sequence[str] | None = None
     fingerprints: torch.Tensor | None = None
     correct: torch.Tensor | None = None
+    padding: torch.Tensor | None = None
+
+
+def correct_from_acc(values: Sequence[Any] | np.ndarray | None) -> torch.Tensor | None:
+    """The reward function's ``acc`` values [bs] -> Bool [bs] (CPU), or None unless every row has one.
+
+    ``acc`` is a bool (dynashape's and verl's math reward functions) or a number (verl's DAPO reward manager
+    stores a float-returning function's raw score as ``acc``: 0/1 or -1/+1); a number counts as correct above 0.5.
+
+    Raises:
+        ValueError: a NaN/inf value (naming its row).
+    """
+    if values is None:
+        return None
+    arr = np.asarray(values)
+    if arr.ndim != 1 or arr.shape[0] == 0:
+        return None
+    if arr.dtype == np.bool_:
+        return torch.from_numpy(arr.copy())
+    if arr.dtype.kind in "iuf":
+        numbers = arr.astype(np.float64)
+    else:  # object arrays (lists of dicts' values): every row must hold a bool or a number
+        if any(v is None or isinstance(v, str) or not np.isscalar(v) for v in arr):
+            return None
+        numbers = np.array([float(v) for v in arr], dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(numbers))
+    if bad.size:
+        raise ValueError(f"reward_extra_info['acc']: row {int(bad[0])} is {numbers[bad[0]]}; expected a finite verdict")
+    return torch.from_numpy(numbers > 0.5)
 
 
 class _Session:
-    """The shaper behind one estimator name, plus its persistence in the plain (no trainer) path."""
+    """The shaper behind one estimator name (its state is saved with verl's checkpoints by verl_hooks)."""
 
     def __init__(self, settings: EstimatorSettings) -> None:
         self.settings = settings
         self.shaper = settings.build_shaper()
-        self.managed_by_trainer = False  # the v1 trainer subclass checkpoints the state itself
         self.last_metrics: dict[str, float] = {}
         self.calls = 0
-        if settings.state_dir is not None:
-            path = self.state_path
-            if os.path.exists(path):
-                self.shaper.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
-                logger.info("dynashape: restored '%s' shaper state from %s", settings.name, path)
-
-    @property
-    def state_path(self) -> str:
-        assert self.settings.state_dir is not None
-        return os.path.join(self.settings.state_dir, f"dynashape_{self.settings.name}_state.pt")
-
-    def after_call(self) -> None:
-        self.calls += 1
-        if self.settings.state_dir is not None:
-            save_state_atomic(self.shaper.state_dict(), self.state_path)
-        elif self.calls == 1 and not self.managed_by_trainer and self.shaper.state_dict():
-            logger.warning(
-                "dynashape: the '%s' estimator keeps its state (%s) in the driver process only; it will not "
-                "survive a restart unless +algorithm.%s.state_dir=<dir> is set or trainer.v1.trainer_mode=%s "
-                "saves it with each verl checkpoint",
-                self.settings.name,
-                ", ".join(sorted(self.shaper.state_dict())),
-                self.settings.name,
-                "dynashape",
-            )
-
-
-def save_state_atomic(state: Mapping[str, Any], path: str) -> None:
-    """torch.save to a temporary file in the same directory, then os.replace (never a half-written file)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp_", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(dict(state), handle)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 _SESSIONS: dict[str, _Session] = {}
@@ -226,6 +225,11 @@ def last_metrics(name: str) -> dict[str, float]:
     return {} if session is None else dict(session.last_metrics)
 
 
+def pending_extras() -> EstimatorExtras | None:
+    """The extras the next estimator call will see (None when nothing was handed over)."""
+    return _PENDING_EXTRAS[-1] if _PENDING_EXTRAS else None
+
+
 @contextlib.contextmanager
 def provide_extras(extras: EstimatorExtras) -> Iterator[None]:
     """Make `extras` visible to the estimator calls inside the block (the driver is single-threaded here)."""
@@ -240,8 +244,38 @@ def _check_extras(extras: EstimatorExtras, bs: int) -> None:
     for field, value in (("prompt_keys", extras.prompt_keys), ("fingerprints", extras.fingerprints)):
         if value is not None and len(value) != bs:
             raise ValueError(f"extras.{field}: has {len(value)} rows but the estimator got {bs}")
-    if extras.correct is not None and extras.correct.shape != (bs,):
-        raise ValueError(f"extras.correct: expected shape ({bs},), got {tuple(extras.correct.shape)}")
+    for field, value in (("correct", extras.correct), ("padding", extras.padding)):
+        if value is not None and tuple(value.shape) != (bs,):
+            raise ValueError(f"extras.{field}: expected shape ({bs},), got {tuple(value.shape)}")
+
+
+def _kl_in_reward(config: Any) -> bool:
+    if config is None:
+        return False
+    value = config.get("use_kl_in_reward", False) if hasattr(config, "get") else getattr(config, "use_kl_in_reward", 0)
+    return bool(value)
+
+
+def _verdict(name: str, settings: EstimatorSettings, extras: EstimatorExtras, config: Any) -> torch.Tensor | None:
+    """The verifier verdicts to use, or None for the threshold on the summed reward (validated here)."""
+    if settings.verdict == "threshold":
+        correct = None
+    else:
+        correct = extras.correct
+        if correct is None and settings.verdict == "acc":
+            raise ValueError(
+                f"algorithm.{name}.verdict=acc, but no 'acc' verdict reached the estimator: the reward function must "
+                "return {'score': ..., 'acc': ...} for every sample, and acc reaches the estimator only through "
+                "trainer.v1.trainer_mode=dynashape (or verl's legacy trainer, trainer.use_v1=false)"
+            )
+    if correct is None and _kl_in_reward(config):
+        raise ValueError(
+            f"algorithm.use_kl_in_reward=true: the summed token_level_rewards include the KL penalty, so the "
+            f"'{name}' estimator cannot take correctness from them (algorithm.{name}.correct_threshold). Return "
+            "{'score': ..., 'acc': ...} from the reward function (dynashape's compute_score does) and use "
+            "trainer.v1.trainer_mode=dynashape, or move the KL into the loss (actor_rollout_ref.actor.use_kl_loss)"
+        )
+    return correct
 
 
 def estimate(
@@ -250,37 +284,62 @@ def estimate(
     response_mask: torch.Tensor,
     index: Sequence[Any] | np.ndarray | None,
     config: Any,
-) -> tuple[torch.Tensor, Shaped]:
-    """Run estimator `name` once: RolloutBatch -> shaper -> token-level advantages [bs, T] and the Shaped."""
+) -> tuple[torch.Tensor, Shaped | None]:
+    """Run estimator `name` once: RolloutBatch -> shaper -> token-level advantages [bs, T] and the Shaped.
+
+    The Shaped covers the kept rows only (None when every row was padding or empty).
+    """
     if index is None:
         raise ValueError(
             f"the '{name}' advantage estimator needs per-prompt uids: verl passes index=non_tensor_batch['uid']; "
             "it was missing from the batch"
         )
+    if token_level_rewards.dim() != 2 or response_mask.shape != token_level_rewards.shape:
+        raise ValueError(
+            f"token_level_rewards/response_mask: expected equal shapes [bs, T], got "
+            f"{tuple(token_level_rewards.shape)} and {tuple(response_mask.shape)}"
+        )
     session = session_for(name, config)
     extras = _PENDING_EXTRAS[-1] if _PENDING_EXTRAS else EstimatorExtras()
-    _check_extras(extras, token_level_rewards.shape[0])
+    bs = token_level_rewards.shape[0]
+    _check_extras(extras, bs)
     if name in MEDS_ESTIMATORS and extras.prompt_keys is None:
         raise ValueError(
             f"the '{name}' advantage estimator needs stable prompt keys and fingerprints, which verl only passes "
             "through the dynashape trainer: set trainer.use_v1=true trainer.v1.trainer_mode=dynashape"
         )
+    if len(index) != bs:
+        raise ValueError(f"index: has {len(index)} uids but token_level_rewards has {bs} rows")
+    correct = _verdict(name, session.settings, extras, config)
+    device = response_mask.device
+    # Rollouts only: verl's synthetic padding rows and rows without a response token never reach the shaper.
+    keep = response_mask.sum(-1) > 0
+    if extras.padding is not None:
+        keep = keep & ~extras.padding.to(device=device, dtype=torch.bool)
+    advantages = torch.zeros(bs, dtype=torch.float32, device=device)
+    if not bool(keep.any()):
+        session.last_metrics = {"dynashape/excluded_rows": float(bs)}
+        session.calls += 1
+        return broadcast_advantages(advantages, response_mask), None
+    rows = keep.nonzero().squeeze(-1)
+    rows_np = rows.cpu().numpy()
+
     with torch.no_grad():
         batch = rollout_batch_from_verl(
-            token_level_rewards,
-            response_mask,
-            index,
+            token_level_rewards[rows],
+            response_mask[rows],
+            np.asarray(index, dtype=object)[rows_np],
             correct_threshold=session.settings.correct_threshold,
-            correct=extras.correct,
+            correct=None if correct is None else correct.to(device)[rows],
             residual_reward=session.settings.residual_reward,
-            prompt_keys=extras.prompt_keys,
-            fingerprints=extras.fingerprints,
+            prompt_keys=None if extras.prompt_keys is None else np.asarray(extras.prompt_keys, dtype=object)[rows_np],
+            fingerprints=None if extras.fingerprints is None else extras.fingerprints.to(device)[rows],
         )
         shaped = session.shaper(batch)
-        advantages = broadcast_advantages(shaped.advantages.to(response_mask.device), response_mask)
-    session.last_metrics = dict(shaped.metrics)
-    session.after_call()
-    return advantages, shaped
+        advantages[rows] = shaped.advantages.to(device=device, dtype=torch.float32)
+    session.last_metrics = {**shaped.metrics, "dynashape/excluded_rows": float(bs - rows.numel())}
+    session.calls += 1
+    return broadcast_advantages(advantages, response_mask), shaped
 
 
 def make_estimator(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:

@@ -15,11 +15,15 @@ import numpy as np
 
 from dynashape.shapers import Shaper, config_class, get_shaper
 
-__all__ = ["ADAPTER_KEYS", "EstimatorSettings", "parse_settings"]
+__all__ = ["ADAPTER_KEYS", "VERDICTS", "EstimatorSettings", "parse_settings"]
+
+#: Values of algorithm.<name>.verdict (see EstimatorSettings.verdict).
+VERDICTS: tuple[str, ...] = ("auto", "acc", "threshold")
 
 #: Keys under algorithm.<name> that configure the adapter rather than the shaper.
 ADAPTER_KEYS: tuple[str, ...] = (
     "state_dir",
+    "verdict",
     "correct_threshold",
     "residual_reward",
     "fingerprint_layers",
@@ -40,9 +44,14 @@ class EstimatorSettings:
     Attributes:
         name: Estimator (= shaper) name.
         shaper_params: Keyword parameters of the shaper, already accepted by its config class.
-        state_dir: Where the plain estimator path saves/loads the shaper state (None: not persisted).
-        correct_threshold: A rollout is correct when its summed token-level reward exceeds this (used when the
-            reward function gave no ``acc`` verdict).
+        state_dir: Root of the ``global_step_N/dynashape_<name>_state.pt`` files written with each verl checkpoint
+            (None: inside verl's own ``trainer.default_local_dir/global_step_N``).
+        verdict: Where a rollout's correctness comes from. ``auto`` (default): the reward function's ``acc``
+            (``reward_extra_info["acc"]``) when every row has it, else the threshold; ``acc``: always ``acc``, an
+            error when it is missing; ``threshold``: always ``sum(token_level_rewards) > correct_threshold``.
+        correct_threshold: The threshold verdict: correct when the summed token-level reward exceeds this
+            (default 0.5, the 0/1 score's midpoint). Refused with KL-in-reward or an overlong penalty, which
+            change the summed reward.
         residual_reward: Pass ``score - correct`` (what verl's score adds to the 0/1 verdict, e.g. DAPO's
             overlong penalty or its -1 for wrong answers) to the shaper as one extra ``rewards`` channel, so that
             MEDS's base reward equals verl's score. Only for shapers that take reward channels.
@@ -54,6 +63,7 @@ class EstimatorSettings:
     name: str
     shaper_params: tuple[tuple[str, Any], ...]
     state_dir: str | None = None
+    verdict: str = "auto"
     correct_threshold: float = 0.5
     residual_reward: bool = False
     fingerprint_layers: int = 14
@@ -107,6 +117,9 @@ def parse_settings(name: str, config: Any) -> EstimatorSettings:
     state_dir = section.pop("state_dir", None)
     if state_dir is not None and (not isinstance(state_dir, str) or not state_dir):
         raise ValueError(f"algorithm.{name}.state_dir: must be a non-empty path string, got {state_dir!r}")
+    verdict = section.pop("verdict", "auto")
+    if verdict not in VERDICTS:
+        raise ValueError(f"algorithm.{name}.verdict: must be one of {', '.join(VERDICTS)}, got {verdict!r}")
     threshold = section.pop("correct_threshold", 0.5)
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not np.isfinite(threshold):
         raise ValueError(f"algorithm.{name}.correct_threshold: must be a finite number, got {threshold!r}")
@@ -139,6 +152,7 @@ def parse_settings(name: str, config: Any) -> EstimatorSettings:
         name=name,
         shaper_params=tuple(sorted(section.items())),
         state_dir=state_dir,
+        verdict=verdict,
         correct_threshold=float(threshold),
         residual_reward=residual,
         fingerprint_layers=layers,

@@ -4,40 +4,44 @@ Select it with ``trainer.use_v1=true trainer.v1.trainer_mode=dynashape``. It beh
 ``sync`` trainer (it reports ``trainer_mode == "sync"`` to verl's own code), and in addition, when
 ``algorithm.adv_estimator`` is one of our estimators:
 
-* validates ``algorithm.<name>.*`` at start-up (a typo fails before any GPU work);
+* validates the whole configuration at start-up (:func:`dynashape.integrations.verl_checks.check_config`: the
+  ``algorithm.<name>.*`` keys, the verdict, and for MEDS the engine, strategy, Ulysses, remove-padding, fused
+  kernels and rollout-correction bypass mode), one error listing every change, before any GPU work;
 * hands the estimator per-sample extras read from verl's TransferQueue: the verifier's verdict
   (``reward_extra_info["acc"]``), a stable prompt key (MD5 of the whitespace-normalised prompt text, as MEDS),
-  and, for ``meds``/``lead_meds``, the fingerprints computed by the patched FSDP forward during the
-  old-log-prob pass (:mod:`dynashape.integrations.verl_fingerprint`);
-* logs the shaper's metrics (``lead/lambda_c``, ``meds/penalty_mean``, ...) with verl's step metrics;
-* saves the shaper state as ``global_step_N/dynashape_shaper.pt`` with every verl checkpoint (before verl
-  writes ``latest_checkpointed_iteration.txt``) and restores it when verl resumes from that checkpoint.
+  the ``is_padding`` tags of verl's synthetic padding rows (kept away from the shaper), and, for
+  ``meds``/``lead_meds``, the fingerprints computed by the patched FSDP forward during the old-log-prob pass
+  (:mod:`dynashape.integrations.verl_fingerprint`);
+* logs the shaper's metrics (``lead/lambda_c``, ``meds/penalty_mean``, ...) with verl's step metrics.
+
+The shaper state is saved with every verl checkpoint and restored on resume by the hooks every verl trainer gets
+from the plugin (:mod:`dynashape.integrations.verl_hooks`), in this mode as in the plain one.
 
 verl 0.9.1 methods overridden (signatures as in ``verl/trainer/ppo/v1/trainer_base.py``):
     __init__(self, config: DictConfig)
     _compute_old_log_prob(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta
     _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta
-    _save_checkpoint(self) -> None;  _load_checkpoint(self) -> None
 This module imports verl's v1 trainer (Ray, TransferQueue): the plugin imports it only once verl has.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from dynashape.integrations._prompts import prompt_key_of, prompt_text
+from dynashape.integrations.verl_checks import check_config
 from dynashape.integrations.verl_estimators import (
     ESTIMATOR_NAMES,
     MEDS_ESTIMATORS,
     EstimatorExtras,
+    correct_from_acc,
     last_metrics,
     provide_extras,
-    save_state_atomic,
     session_for,
 )
 from dynashape.integrations.verl_fingerprint import (
@@ -48,17 +52,24 @@ from dynashape.integrations.verl_fingerprint import (
     answer_fields,
 )
 
-__all__ = ["STATE_FILE", "extras_from_fields", "prompt_text", "register_trainer"]
+__all__ = ["extras_from_fields", "padding_from_tags", "prompt_text", "register_trainer"]
 
 logger = logging.getLogger(__name__)
 
-STATE_FILE = "dynashape_shaper.pt"
+
+def padding_from_tags(tags: Sequence[Any] | None) -> torch.Tensor | None:
+    """Bool [bs] from KVBatchMeta tags: True where verl tagged a synthetic padding row (``is_padding``)."""
+    if tags is None:
+        return None
+    flags = [bool(t.get("is_padding", False)) if isinstance(t, dict) else False for t in tags]
+    return torch.tensor(flags, dtype=torch.bool)
 
 
 def extras_from_fields(
     raw_prompts: Sequence[Any] | None,
     extra_fields: Sequence[Any] | None,
     fingerprints: torch.Tensor | None,
+    padding: torch.Tensor | None = None,
 ) -> EstimatorExtras:
     """Per-sample extras from TransferQueue fields (pure, testable without verl).
 
@@ -66,9 +77,10 @@ def extras_from_fields(
         raw_prompts: [bs] chat message lists or strings, or None.
         extra_fields: [bs] dicts whose ``reward_extra_info`` may hold ``acc`` (the verifier's verdict), or None.
         fingerprints: float [bs, D] with NaN rows, or None.
+        padding: Bool [bs] verl's padding rows (their copied ``acc`` and prompt do not count), or None.
 
     Returns:
-        EstimatorExtras; ``correct`` is set only when every row carries ``acc``.
+        EstimatorExtras; ``correct`` is set only when every real row carries ``acc`` (padding rows get False).
     """
     keys = None if raw_prompts is None else [prompt_key_of(p) for p in raw_prompts]
     correct = None
@@ -77,9 +89,10 @@ def extras_from_fields(
         for field in extra_fields:
             info = field.get("reward_extra_info", {}) if isinstance(field, dict) else {}
             verdicts.append(info.get("acc") if isinstance(info, dict) else None)
-        if verdicts and all(v is not None for v in verdicts):
-            correct = torch.tensor([bool(v) for v in verdicts], dtype=torch.bool)
-    return EstimatorExtras(prompt_keys=keys, fingerprints=fingerprints, correct=correct)
+        if padding is not None:  # padding rows are dropped by the estimator: any placeholder verdict will do
+            verdicts = [False if pad else v for v, pad in zip(verdicts, padding.tolist(), strict=True)]
+        correct = correct_from_acc(np.array(verdicts, dtype=object)) if verdicts else None
+    return EstimatorExtras(prompt_keys=keys, fingerprints=fingerprints, correct=correct, padding=padding)
 
 
 def _trainer_class() -> type:
@@ -102,12 +115,12 @@ def _trainer_class() -> type:
             pass
 
         def __init__(self, config: Any) -> None:
+            check_config(config)  # before verl builds anything (the plugin's __init__ hook checks again: cheap)
             super().__init__(config)
             self.dynashape_estimator = str(config.algorithm.adv_estimator)
             self.dynashape_session = None
             if self.dynashape_estimator in ESTIMATOR_NAMES:
                 self.dynashape_session = session_for(self.dynashape_estimator, config.algorithm)
-                self.dynashape_session.managed_by_trainer = True
 
         @property
         def _dynashape_meds(self) -> bool:
@@ -145,34 +158,12 @@ def _trainer_class() -> type:
                 if fingerprints.is_nested:
                     fingerprints = fingerprints.to_padded_tensor(padding=float("nan"))
                 fingerprints = fingerprints.float().cpu()
-            extras = extras_from_fields(list(data["raw_prompt"]), list(data["extra_fields"]), fingerprints)
+            padding = padding_from_tags(getattr(batch, "tags", None))
+            extras = extras_from_fields(list(data["raw_prompt"]), list(data["extra_fields"]), fingerprints, padding)
             with provide_extras(extras):
                 batch = super()._compute_advantage(batch, metrics)
             metrics.update(last_metrics(self.dynashape_estimator))
             return batch
-
-        def _save_checkpoint(self) -> None:
-            if self.dynashape_session is not None:
-                folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-                save_state_atomic(self.dynashape_session.shaper.state_dict(), os.path.join(folder, STATE_FILE))
-            super()._save_checkpoint()
-
-        def _load_checkpoint(self) -> None:
-            super()._load_checkpoint()
-            if self.dynashape_session is None or self.global_steps == 0:
-                return
-            trainer = self.config.trainer
-            if trainer.resume_mode == "resume_path":
-                folder = trainer.resume_from_path
-            else:
-                folder = os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}")
-            path = os.path.join(os.path.abspath(folder), STATE_FILE)
-            if os.path.exists(path):
-                state = torch.load(path, map_location="cpu", weights_only=False)
-                self.dynashape_session.shaper.load_state_dict(state)
-                logger.info("dynashape: restored the '%s' shaper state from %s", self.dynashape_estimator, path)
-            else:
-                logger.warning("dynashape: %s not found; the '%s' shaper starts fresh", path, self.dynashape_estimator)
 
     return DynashapeTrainer
 

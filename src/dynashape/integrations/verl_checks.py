@@ -1,0 +1,188 @@
+"""Start-up validation of a verl 0.9.x configuration that uses one of our estimators.
+
+verl reports most misconfigurations of a plugin late: after a full rollout (a missing TransferQueue field, an
+unknown estimator) or inside a worker at step 1. :func:`check_config` runs when verl builds its trainer
+(:mod:`dynashape.integrations.verl_hooks` wraps the trainers' ``__init__``; the ``dynashape`` trainer mode calls it
+first thing), before any worker, rollout server or GPU is set up, and raises one :class:`VerlConfigError` that
+lists every setting to change.
+
+What is checked when ``algorithm.adv_estimator`` is one of ours:
+
+* ``algorithm.<name>.*``: the shaper's own config class and our adapter keys (typos, ranges).
+* The verdict: ``sum(token_level_rewards) > correct_threshold`` is wrong with ``algorithm.use_kl_in_reward=true``
+  and with an overlong penalty (``reward.reward_kwargs.overlong_buffer_cfg.enable=true``, DAPO's reward manager);
+  those need the reward function's ``acc`` (dynashape's ``compute_score``, or ``+algorithm.<name>.verdict=acc``
+  for a function of yours that returns it), which reaches the estimator through the ``dynashape`` trainer mode
+  or verl's legacy trainer only.
+* MEDS (``meds``, ``lead_meds``) fingerprints are taken inside verl's FSDP actor during the old-log-prob forward.
+  They need: the ``dynashape`` trainer mode on verl's v1 trainer; ``actor_rollout_ref.actor.strategy`` ``fsdp``
+  or ``fsdp2`` (not megatron, veomni, torchtitan, automodel, fsdp_turbo); no Ulysses sequence parallelism;
+  ``actor_rollout_ref.model.use_remove_padding=true``; ``use_fused_kernels=false`` (the fused head skips the
+  ``lm_head`` module whose forward the fingerprints need); an actor old-log-prob forward, i.e. not
+  ``algorithm.rollout_correction.bypass_mode=true``; and the FSDP patch not disabled (``DYNASHAPE_VERL_PATCH_FSDP``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from dynashape.integrations.verl_estimators import ESTIMATOR_NAMES, MEDS_ESTIMATORS
+from dynashape.integrations.verl_settings import parse_settings
+
+__all__ = ["MEDS_STRATEGIES", "VerlConfigError", "check_config", "config_problems"]
+
+#: Engine strategies whose actor forward carries the fingerprint hooks (verl's FSDPEngineWithLMHead).
+MEDS_STRATEGIES: tuple[str, ...] = ("fsdp", "fsdp2")
+#: The module path of our reward function, as verl's custom_reward_function.path accepts it.
+OUR_REWARD_PATHS: frozenset[str] = frozenset(
+    {"pkg://dynashape.integrations.verl", "pkg://dynashape.rewards.scoring", "pkg://dynashape.rewards"}
+)
+PATCH_ENV = "DYNASHAPE_VERL_PATCH_FSDP"
+
+
+class VerlConfigError(ValueError):
+    """A verl configuration our estimators cannot run; the message lists every setting to change."""
+
+
+def _get(config: Any, dotted: str, default: Any = None) -> Any:
+    """``config.a.b.c`` through DictConfig / dataclass / dict layers; `default` where any layer is missing.
+
+    Defaults passed by the callers are verl 0.9.1's own defaults (``verl/trainer/config/ppo_trainer.yaml``)."""
+    node = config
+    for part in dotted.split("."):
+        if node is None:
+            return default
+        if isinstance(node, Mapping) or (hasattr(node, "get") and not isinstance(node, (str, bytes))):
+            try:
+                node = node.get(part, None)
+            except Exception:  # omegaconf struct mode or interpolation errors: treat as absent
+                return default
+        else:
+            node = getattr(node, part, None)
+    return default if node is None else node
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def config_problems(config: Any) -> list[str]:
+    """Every reason this verl config cannot run our estimator, each as ``setting: why; what to set``.
+
+    Args:
+        config: verl's full trainer config (``algorithm``, ``trainer``, ``actor_rollout_ref``, ``reward``).
+
+    Returns:
+        [] when ``algorithm.adv_estimator`` is not ours or nothing is wrong.
+    """
+    name = str(_get(config, "algorithm.adv_estimator", ""))
+    if name not in ESTIMATOR_NAMES:
+        return []
+    problems: list[str] = []
+    settings = None
+    try:
+        settings = parse_settings(name, _get(config, "algorithm"))
+    except ValueError as err:
+        problems.append(str(err))
+
+    use_v1 = _truthy(_get(config, "trainer.use_v1", True))
+    trainer_mode = str(_get(config, "trainer.v1.trainer_mode", "sync"))
+    dynashape_mode = use_v1 and trainer_mode == "dynashape"
+    acc_reaches_estimator = dynashape_mode or not use_v1
+    reward_path = str(_get(config, "reward.custom_reward_function.path", "") or "")
+    reward_name = str(_get(config, "reward.custom_reward_function.name", "") or "")
+    ours_reward = reward_path in OUR_REWARD_PATHS and reward_name == "compute_score"
+
+    # --- the verdict -------------------------------------------------------------------------------------
+    verdict = settings.verdict if settings is not None else "auto"
+    changed_by = []
+    if _truthy(_get(config, "algorithm.use_kl_in_reward", False)):
+        changed_by.append("algorithm.use_kl_in_reward=true")
+    if _truthy(_get(config, "reward.reward_kwargs.overlong_buffer_cfg.enable", False)):
+        changed_by.append("reward.reward_kwargs.overlong_buffer_cfg.enable=true")
+    how_acc = "trainer.use_v1=true trainer.v1.trainer_mode=dynashape" if not acc_reaches_estimator else "(already set)"
+    if verdict == "acc" and not acc_reaches_estimator:
+        problems.append(
+            f"algorithm.{name}.verdict=acc: the reward function's acc reaches the estimator only through the "
+            f"dynashape trainer mode; set {how_acc}"
+        )
+    if changed_by:
+        why = (
+            f"{' and '.join(changed_by)} {'change' if len(changed_by) > 1 else 'changes'} the summed reward, so "
+            f"algorithm.{name}.correct_threshold cannot tell right from wrong"
+        )
+        if verdict == "threshold":
+            problems.append(f"algorithm.{name}.verdict=threshold: {why}; use verdict=acc or auto")
+        elif not acc_reaches_estimator:
+            problems.append(
+                f"{why}; the reward function's acc verdict is needed and reaches the estimator only through "
+                f"the dynashape trainer mode: set {how_acc}"
+            )
+        elif verdict == "auto" and not ours_reward:
+            problems.append(
+                f"{why}; use reward.custom_reward_function.path=pkg://dynashape.integrations.verl "
+                f"reward.custom_reward_function.name=compute_score (it returns acc), or, if your reward function "
+                f"returns {{'score': ..., 'acc': ...}}, say so with +algorithm.{name}.verdict=acc"
+            )
+
+    # --- MEDS: the fingerprints ----------------------------------------------------------------------------
+    if name in MEDS_ESTIMATORS:
+        if not dynashape_mode:
+            problems.append(
+                f"trainer.use_v1={str(use_v1).lower()} trainer.v1.trainer_mode={trainer_mode}: '{name}' needs prompt "
+                "keys and fingerprints, which only the dynashape trainer mode provides; set trainer.use_v1=true "
+                "trainer.v1.trainer_mode=dynashape"
+            )
+        strategy = str(_get(config, "actor_rollout_ref.actor.strategy", "fsdp"))
+        if strategy not in MEDS_STRATEGIES:
+            problems.append(
+                f"actor_rollout_ref.actor.strategy={strategy}: MEDS fingerprints are taken in verl's FSDP engine "
+                f"only; set actor_rollout_ref.actor.strategy=fsdp or fsdp2"
+            )
+        ulysses = max(
+            int(_get(config, "actor_rollout_ref.actor.ulysses_sequence_parallel_size", 1)),
+            int(_get(config, "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size", 1)),
+        )
+        if ulysses > 1:
+            problems.append(
+                f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={ulysses}: with Ulysses sequence "
+                "parallelism each rank holds a slice of the packed sequence and the answer position may be on "
+                "another rank; set it to 1"
+            )
+        if not _truthy(_get(config, "actor_rollout_ref.model.use_remove_padding", True)):  # verl's default: true
+            problems.append(
+                "actor_rollout_ref.model.use_remove_padding=false: the fingerprint hooks locate answers in verl's "
+                "packed (remove-padding) forward; set actor_rollout_ref.model.use_remove_padding=true"
+            )
+        if _truthy(_get(config, "actor_rollout_ref.model.use_fused_kernels", False)):
+            problems.append(
+                "actor_rollout_ref.model.use_fused_kernels=true: the fused head computes log-probs without running "
+                "the lm_head module, where the fingerprints read the head; set "
+                "actor_rollout_ref.model.use_fused_kernels=false"
+            )
+        if _truthy(_get(config, "algorithm.rollout_correction.bypass_mode", False)):
+            problems.append(
+                "algorithm.rollout_correction.bypass_mode=true: bypass mode uses the rollout's log-probs and skips "
+                "the actor's old-log-prob forward, which takes the fingerprints; set "
+                "algorithm.rollout_correction.bypass_mode=false"
+            )
+        if os.environ.get(PATCH_ENV, "1") == "0":
+            problems.append(
+                f"environment {PATCH_ENV}=0: the FSDP actor is left unpatched, so no fingerprints are taken; unset it"
+            )
+    return problems
+
+
+def check_config(config: Any) -> None:
+    """Raise one :class:`VerlConfigError` listing every problem :func:`config_problems` finds."""
+    problems = config_problems(config)
+    if problems:
+        name = _get(config, "algorithm.adv_estimator", "")
+        lines = "\n".join(f"  - {p}" for p in problems)
+        raise VerlConfigError(
+            f"dynashape: this verl configuration cannot run algorithm.adv_estimator={name}; change:\n{lines}"
+        )
