@@ -82,26 +82,23 @@ class RecordingTrainer(ShapedGRPOTrainer):
         return output
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out")
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--resume", action="store_true", help="resume from checkpoint-1 of OUT/run")
-    args = parser.parse_args()
+def run(out: str, *, steps: int = 2, resume: bool = False, save_on_each_node: bool = False) -> dict:
+    """Train `steps` steps (from OUT/run/checkpoint-1 with `resume`) and save what this process used."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     tokenizer = build_char_tokenizer()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     dataset = datasets.Dataset.from_dict({"prompt": [f"{a}+{b}=" for a in range(4) for b in range(4)]})
     config = GRPOConfig(
-        output_dir=os.path.join(args.out, "run"),
+        output_dir=os.path.join(out, "run"),
         per_device_train_batch_size=PROMPTS_PER_STEP * GROUP // world,
         num_generations=GROUP,
         max_completion_length=8,
-        max_steps=args.steps,
+        max_steps=steps,
         learning_rate=1e-3,
         logging_steps=1,
         save_strategy="steps",
         save_steps=1,
+        save_on_each_node=save_on_each_node,
         report_to=[],
         use_cpu=True,
         bf16=False,
@@ -119,18 +116,33 @@ def main() -> None:
         rollout_func=make_rollout_func(tokenizer),
     )
     trainer.record = []
-    resume = os.path.join(args.out, "run", "checkpoint-1") if args.resume else None
-    trainer.train(resume_from_checkpoint=resume)
+    trainer.train(resume_from_checkpoint=os.path.join(out, "run", "checkpoint-1") if resume else None)
     rank = trainer.accelerator.process_index
     metrics = [
         {k: v for k, v in entry.items() if k.startswith("lead/")}
         for entry in trainer.state.log_history
         if any(k.startswith("lead/") for k in entry)
     ]
-    torch.save(
-        {"record": trainer.record, "metrics": metrics, "state": trainer.shaper.state_dict(), "world": world},
-        os.path.join(args.out, f"rank{rank}{'_resumed' if args.resume else ''}.pt"),
-    )
+    backend = torch.distributed.get_backend() if torch.distributed.is_initialized() else None
+    result = {
+        "record": trainer.record,
+        "metrics": metrics,
+        "state": trainer.shaper.state_dict(),
+        "world": world,
+        "backend": backend,
+    }
+    torch.save(result, os.path.join(out, f"rank{rank}{'_resumed' if resume else ''}.pt"))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--resume", action="store_true", help="resume from checkpoint-1 of OUT/run")
+    parser.add_argument("--save-on-each-node", action="store_true")
+    args = parser.parse_args()
+    run(args.out, steps=args.steps, resume=args.resume, save_on_each_node=args.save_on_each_node)
 
 
 if __name__ == "__main__":
