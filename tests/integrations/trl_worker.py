@@ -77,12 +77,15 @@ class RecordingTrainer(ShapedGRPOTrainer):
                 "local_advantages": output["advantages"].detach().cpu().clone(),
                 "global_advantages": self.last_shaped.advantages.detach().cpu().clone(),
                 "rewards": self._ds_rewards.detach().cpu().clone(),
+                "fingerprints": None if self._ds_fingerprints is None else self._ds_fingerprints.detach().cpu(),
             }
         )
         return output
 
 
-def run(out: str, *, steps: int = 2, resume: bool = False, save_on_each_node: bool = False) -> dict:
+def run(
+    out: str, *, steps: int = 2, resume: bool = False, save_on_each_node: bool = False, shaper: str = "lead"
+) -> dict:
     """Train `steps` steps (from OUT/run/checkpoint-1 with `resume`) and save what this process used."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     tokenizer = build_char_tokenizer()
@@ -107,13 +110,14 @@ def run(out: str, *, steps: int = 2, resume: bool = False, save_on_each_node: bo
         shuffle_dataset=False,
     )
     trainer = RecordingTrainer(
-        shaper=get_shaper("lead", b_max=8, l_min=2, whiten="sequence"),
+        shaper=get_shaper("lead", b_max=8, l_min=2, whiten="sequence") if shaper == "lead" else get_shaper(shaper),
         model=tiny_model(tokenizer),
         reward_funcs=[parity_reward],
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,
-        rollout_func=make_rollout_func(tokenizer),
+        rollout_func=make_rollout_func(tokenizer, boxed=shaper != "lead"),
+        fingerprint_layers=2,
     )
     trainer.record = []
     trainer.train(resume_from_checkpoint=os.path.join(out, "run", "checkpoint-1") if resume else None)
@@ -141,8 +145,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--resume", action="store_true", help="resume from checkpoint-1 of OUT/run")
     parser.add_argument("--save-on-each-node", action="store_true")
+    parser.add_argument("--shaper", default="lead")
     args = parser.parse_args()
-    run(args.out, steps=args.steps, resume=args.resume, save_on_each_node=args.save_on_each_node)
+    run(args.out, steps=args.steps, resume=args.resume, save_on_each_node=args.save_on_each_node, shaper=args.shaper)
 
 
 if __name__ == "__main__":

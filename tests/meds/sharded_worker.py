@@ -173,9 +173,36 @@ def main() -> None:
     expected = brute_force(plain, kwargs, positions, targets, layers=3, diff=False, norm="final")
     np.testing.assert_allclose(alone.numpy(), expected, rtol=1e-5, atol=1e-5)
     cases += 1
+    if args.mode == "fsdp2":
+        cases += _fused_head_forward(model, plain, kwargs, positions, targets)
     dist.barrier()
     print(f"RANK {rank} OK {args.mode} cases={cases} max_diff_vs_unsharded={worst:.3e}", flush=True)
     dist.destroy_process_group()
+
+
+def _fused_head_forward(model, plain, kwargs, positions, targets) -> int:
+    """A root forward that never calls lm_head (TRL's fused LM head: backbone, then head.weight read directly).
+
+    The capture then reads the head rows in result() from the gathered DTensor (a collective on every rank).
+    """
+    from torch.distributed.tensor import DTensor
+
+    def fused_forward(input_ids, attention_mask=None, position_ids=None):
+        hidden = model.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+        weight = model.lm_head.weight
+        weight = weight.full_tensor() if isinstance(weight, DTensor) else weight
+        return hidden.last_hidden_state @ weight.T
+
+    model.forward = fused_forward  # FSDP2's hooks stay on the module's __call__
+    try:
+        with torch.no_grad(), FingerprintCapture(model, positions, targets, layers=3, norm="final") as c:
+            model(**kwargs)
+        got = c.result()
+    finally:
+        del model.forward
+    expected = brute_force(plain, kwargs, positions, targets, layers=3, diff=False, norm="final")
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-5)
+    return 1
 
 
 def _train_forward(model, plain, kwargs, positions, targets) -> None:

@@ -7,7 +7,8 @@ ZeRO-3 gathers each module's parameters only around its own forward. Reading the
 
 - ``test_fsdp2_two_processes_equal_unsharded``: 2 processes (torchrun, gloo), a tiny Qwen2 with an untied head
   sharded the way verl 0.9.1 shards it; fingerprints equal a brute force on the unsharded model and the capture on
-  the unsharded model to 1e-6 (tests/meds/sharded_worker.py holds the per-rank checks).
+  the unsharded model to 1e-6 (tests/meds/sharded_worker.py holds the per-rank checks), also for a forward that
+  never calls the head module (TRL's fused LM head: the rows come from the gathered DTensor in result()).
 - tests/integrations/test_trl_zero3.py: the same worker under DeepSpeed ZeRO-3 (the TRL environment has it).
 - The seam, in one process: a model whose modules hold their parameters only inside their own forward (what
   ZeRO-3 does, simulated with hooks that fill and empty ``param.data``), and a forward that never calls the head.
@@ -46,7 +47,7 @@ def _run_worker(mode: str, extra_env: dict[str, str] | None = None) -> str:
 def test_fsdp2_two_processes_equal_unsharded():
     output = _run_worker("fsdp2")
     for rank in (0, 1):
-        assert f"RANK {rank} OK fsdp2 cases=8" in output, output[-3000:]
+        assert f"RANK {rank} OK fsdp2 cases=9" in output, output[-3000:]
 
 
 # ---------------------------------------------------------------------------------------------------------

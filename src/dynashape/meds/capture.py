@@ -31,7 +31,9 @@ Typical use (padded batch, response-relative positions from :mod:`dynashape.meds
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, Literal
 
@@ -233,14 +235,18 @@ class FingerprintCapture:
                     self._picked[slot] = norm(picked)
         self._normed = True
 
-    def _read_head_rows(self, picked: Tensor) -> None:
-        """W_U[y*] [N, H] (and b[y*] [N]) in at least float32, on the device of the picked states."""
+    def _read_head_rows(self, picked: Tensor, weight: Tensor | None = None, bias: Tensor | None = None) -> None:
+        """W_U[y*] [N, H] (and b[y*] [N]) in at least float32, on the device of the picked states.
+
+        ``weight`` / ``bias``: whole copies when the head's own are shards (read outside its forward).
+        """
         dtype = torch.promote_types(picked.dtype, torch.float32)
         head = self._parts.head
+        if weight is None:
+            weight, bias = head.weight, getattr(head, "bias", None)
         with torch.no_grad():
-            weight = head.weight.detach()
+            weight = weight.detach()
             self._head_rows = weight[self._targets.to(weight.device)].to(picked.device, dtype)
-            bias = getattr(head, "bias", None)
             if isinstance(bias, Tensor):
                 self._head_bias = bias.detach()[self._targets.to(bias.device)].to(picked.device, dtype)
 
@@ -322,13 +328,14 @@ class FingerprintCapture:
                 )
             self._apply_norm()
         if self._head_rows is None:
-            if not _materialised(self._parts.head, self._head_shape()):
-                raise RuntimeError(
-                    f"FingerprintCapture: the output head of {self._model_name} was not called inside the forward "
-                    "and its weight is sharded outside it (FSDP2 / ZeRO-3 / FSDP1 flat shards), so the head rows "
-                    "cannot be read exactly; run a forward that calls the head module (no fused head kernel)"
-                )
-            self._read_head_rows(self._picked[-1])  # type: ignore[arg-type]
+            with _whole_head(self._parts.head, self._head_shape()) as whole:
+                if whole is None:
+                    raise RuntimeError(
+                        f"FingerprintCapture: the output head of {self._model_name} was not called inside the "
+                        "forward and its weight is sharded outside it (FSDP1 flat shards), so the head rows cannot "
+                        "be read exactly; run a forward that calls the head module (no fused head kernel)"
+                    )
+                self._read_head_rows(self._picked[-1], *whole)  # type: ignore[arg-type]
         self._finish()
 
 
@@ -339,6 +346,37 @@ def _is_shard(param: Tensor) -> bool:
     they may be in flight (prefetched into a buffer that is not filled yet).
     """
     return hasattr(param, "ds_id") or (_DTensor is not None and isinstance(param, _DTensor))
+
+
+@contextlib.contextmanager
+def _whole_head(head: nn.Module, shape: tuple[int, ...] | None) -> Iterator[tuple[Tensor, Tensor | None] | None]:
+    """The head's (weight, bias) as whole tensors for a read outside its forward; None when impossible.
+
+    For a head that the forward never called (TRL's fused LM head and verl's fused kernels read ``head.weight``
+    directly, gathering it themselves): DeepSpeed ZeRO-3 parameters are gathered with DeepSpeed's own
+    ``GatheredParameters``, FSDP2 DTensors with ``full_tensor()``. Both are collectives: every rank reads its
+    capture's ``result()`` once per forward, as the adapters do, so the ranks call them in step.
+    """
+    weight = head.weight
+    bias = getattr(head, "bias", None)
+    bias = bias if isinstance(bias, Tensor) else None
+    params = [t for t in (weight, bias) if t is not None]
+    partitioned = [p for p in params if hasattr(p, "ds_id") and getattr(p.ds_status, "name", "") != "AVAILABLE"]
+    if partitioned:
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(partitioned, modifier_rank=None):
+            yield weight, bias
+    elif _DTensor is not None and any(isinstance(p, _DTensor) for p in params):
+
+        def whole(t: Tensor | None) -> Tensor | None:
+            return t.full_tensor() if _DTensor is not None and isinstance(t, _DTensor) else t
+
+        yield whole(weight), whole(bias)  # type: ignore[misc]
+    elif _materialised(head, shape):
+        yield weight, bias
+    else:
+        yield None
 
 
 def _materialised(module: nn.Module, shape: tuple[int, ...] | None) -> bool:
