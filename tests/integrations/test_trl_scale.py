@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 
 from trl import GRPOConfig  # noqa: E402
 
-from dynashape import get_shaper  # noqa: E402
+from dynashape import RolloutBatch, get_shaper  # noqa: E402
 from dynashape.integrations.trl import (  # noqa: E402
     STATE_FILE,
     ShapedGRPOTrainer,
@@ -224,3 +224,23 @@ def test_peft_fingerprints_come_from_the_adapter_enabled_policy(tmp_path):
     assert got.shape == enabled.shape and not torch.isnan(got).any()
     torch.testing.assert_close(got, enabled, rtol=1e-4, atol=1e-5)
     assert (got - disabled).abs().max() > 1e-3  # the adapter matters, so the check above can fail
+
+
+def test_resume_where_only_some_processes_have_the_state_is_refused(tmp_path, monkeypatch):
+    """Nodes without a shared folder and without save_on_each_node: process 1 would start a fresh shaper and
+    slice a different advantage vector than process 0; refused before any state is loaded."""
+    import accelerate.utils
+
+    checkpoint = tmp_path / "checkpoint-1"
+    checkpoint.mkdir()
+    trainer = make_trainer(tmp_path / "run")
+    shaper = get_shaper("lead", b_max=8, l_min=2)
+    shaper(
+        RolloutBatch(group_ids=torch.tensor([0, 0]), correct=torch.tensor([True, False]), lengths=torch.tensor([3, 5]))
+    )
+    torch.save(shaper.state_dict(), checkpoint / STATE_FILE)  # an advanced state, unlike the trainer's fresh one
+    before = trainer.shaper.state_dict()
+    monkeypatch.setattr(accelerate.utils, "gather_object", lambda values: [True, False])  # process 1 lacks it
+    with pytest.raises(RuntimeError, match=r"exists on some processes but not on processes \[1\].*save_on_each_node"):
+        trainer._load_optimizer_and_scheduler(str(checkpoint))
+    assert trainer.shaper.state_dict() == before != shaper.state_dict()
