@@ -16,6 +16,11 @@ of the official rule (run on a subset and scaled).
     python benchmarks/bench_fingerprint.py --device cuda --hidden 1536 --heads 12 --kv-heads 2 \\
         --intermediate 8960 --vocab 151936 --batch 16 --prompt-len 512 --response-len 1536 --dtype bfloat16
     python benchmarks/bench_fingerprint.py --json results.json  # also write every number as JSON
+    python benchmarks/bench_fingerprint.py --preset qwen2.5-1.5b --device cuda --skip-positions  # GPU check
+
+``--preset qwen2.5-1.5b`` sets the shape of Qwen2.5-1.5B (28 layers, hidden 1536, 12 / 2 heads, intermediate
+8960, vocabulary 151936; random weights, bfloat16) and a verl-like batch (16 x (512 + 1536) tokens); flags given
+explicitly still win. The last line printed is always one ``bench_fingerprint: ...`` summary.
 """
 
 from __future__ import annotations
@@ -172,25 +177,31 @@ def time_inside_hooks(model, batch, forward_inputs, args, outputs) -> float:
     """
     cuda = args.device.startswith("cuda")
     spent = [0.0]
-    original = FingerprintCapture._make_hook
+    # Every hook the capture registers: the layer hooks (gather), the final norm's and the head's pre-hooks.
+    makers = ("_make_hook", "_make_norm_hook", "_make_head_hook")
+    originals = {name: getattr(FingerprintCapture, name) for name in makers}
 
     def sync() -> None:
         if cuda:
             torch.cuda.synchronize()
 
-    def timed_make_hook(self, slot, apply_norm):
-        hook = original(self, slot, apply_norm)
+    def timed_maker(original):
+        def make(self, *args):
+            hook = original(self, *args)
 
-        def timed(module, inputs, output):
-            sync()
-            start = time.perf_counter()
-            hook(module, inputs, output)
-            sync()
-            spent[0] += time.perf_counter() - start
+            def timed(*hook_args):
+                sync()
+                start = time.perf_counter()
+                hook(*hook_args)
+                sync()
+                spent[0] += time.perf_counter() - start
 
-        return timed
+            return timed
 
-    FingerprintCapture._make_hook = timed_make_hook
+        return make
+
+    for name, original in originals.items():
+        setattr(FingerprintCapture, name, timed_maker(original))
     try:
         for _ in range(args.repeats):
             capture = FingerprintCapture(
@@ -204,7 +215,8 @@ def time_inside_hooks(model, batch, forward_inputs, args, outputs) -> float:
             sync()
             spent[0] += time.perf_counter() - start
     finally:
-        FingerprintCapture._make_hook = original
+        for name, original in originals.items():
+            setattr(FingerprintCapture, name, original)
     return spent[0] / args.repeats
 
 
@@ -303,8 +315,42 @@ def run_positions(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+# Real model shapes (config.json of the released checkpoints; the weights stay random).
+PRESETS: dict[str, dict[str, object]] = {
+    "qwen2.5-1.5b": {
+        "layers": 28, "hidden": 1536, "heads": 12, "kv_heads": 2, "intermediate": 8960, "vocab": 151936,
+        "dtype": "bfloat16", "batch": 16, "prompt_len": 512, "response_len": 1536,
+    },
+}  # fmt: skip
+
+
+def summary_line(report: dict[str, object]) -> str:
+    """One line with the numbers a GPU check reports."""
+    args = report["args"]
+    parts = [f"bench_fingerprint: {args['preset'] or 'custom'} shape on {args['device']} ({args['dtype']})"]
+    forward = report.get("forward")
+    if isinstance(forward, dict):
+        med = forward["median_s"]
+        parts.append(
+            f"forward {med['a_plain'] * 1e3:.1f} ms, hooks {forward['hook_work_s'] * 1e3:.2f} ms "
+            f"({forward['hook_work_pct_of_plain']:.2f} %), "
+            f"official/hooks {forward['official_over_hooks_median']:.2f}x, "
+            f"max|hooks-official| {forward['max_abs_diff_hooks_vs_official']:.2e}"
+        )
+        if forward["peak_memory_bytes"]:
+            peak = forward["peak_memory_bytes"]
+            parts.append(f"peak GiB plain/hooks/official {'/'.join(f'{peak[k] / 2**30:.1f}' for k in sorted(peak))}")
+    positions = report.get("positions")
+    if isinstance(positions, dict):
+        parts.append(
+            f"answer_positions {positions['tensor_median_s'] * 1e3:.0f} ms for {positions['rollouts']} rollouts"
+        )
+    return "; ".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default=None, choices=sorted(PRESETS), help="a real model's shape")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--layers", type=int, default=28)
@@ -326,6 +372,9 @@ def main() -> None:
     parser.add_argument("--skip-forward", action="store_true")
     parser.add_argument("--skip-positions", action="store_true")
     parser.add_argument("--json", default=None, help="write all numbers to this path")
+    preset = parser.parse_known_args()[0].preset
+    if preset:  # the preset's values become the defaults: a flag given on the command line still wins
+        parser.set_defaults(**PRESETS[preset])
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -379,6 +428,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)
+    print(summary_line(report))
 
 
 if __name__ == "__main__":

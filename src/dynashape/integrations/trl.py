@@ -19,11 +19,18 @@ subclassing). After the base method has gathered the rewards of every process, w
 3. call the shaper once per generation batch (its state advances once, identically on every process) and
    hand each process its slice ``[rank * n_local, (rank + 1) * n_local)``;
 4. log the shaper's metrics under their own names (``lead/lambda_c``, ...), replace TRL's advantage column in
-   the completions log with ours, and save/restore the shaper state with every TRL checkpoint.
+   the completions log with ours, and save/restore the shaper state with every TRL checkpoint (written where
+   TRL writes the checkpoint: world process 0, or each node's main process with ``save_on_each_node``; read
+   with ``torch.load(weights_only=True)``; a resume where only some processes find the file is refused).
+
+TRL options that only shape TRL's own advantages (``scale_rewards``, ``reward_weights``,
+``multi_objective_aggregation``) are refused when set to a non-default value: the shaper owns normalisation.
 
 MEDS fingerprints are read with forward hooks during the old-log-prob forward TRL already runs (when it runs
 one: ``gradient_accumulation_steps`` not a multiple of ``steps_per_generation * num_iterations``, or vLLM
-importance sampling); otherwise one extra no-grad forward of the policy computes them. Text models only.
+importance sampling); otherwise one extra no-grad forward of the policy computes them. Never from the reference
+forward: with PEFT and ``beta != 0`` TRL runs the reference as the policy module with its adapters disabled,
+which is recognised and skipped. Text models only.
 
 Methods of TRL 1.16 we override or call (``tests/integrations/test_trl_engine.py`` checks them):
     _generate_and_score_completions(self, inputs) -> dict with prompt_ids, prompt_mask, completion_ids,
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,6 +53,7 @@ import torch
 
 try:
     import trl
+    from accelerate.utils import is_peft_model
     from transformers import TrainerCallback
     from trl import GRPOTrainer
 except ImportError as err:  # pragma: no cover - exercised only without the extra
@@ -57,7 +66,14 @@ from dynashape.meds.capture import FingerprintCapture
 from dynashape.meds.positions import answer_positions, answer_targets
 from dynashape.shapers import Shaped, Shaper
 
-__all__ = ["STATE_FILE", "SUPPORTED_TRL", "ShapedGRPOTrainer", "ShaperStateCallback"]
+__all__ = [
+    "STATE_FILE",
+    "SUPPORTED_TRL",
+    "ShapedGRPOTrainer",
+    "ShaperStateCallback",
+    "check_unhonoured_options",
+    "load_shaper_state",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -86,16 +102,70 @@ def check_trl_version(version: str) -> None:
 
 
 class ShaperStateCallback(TrainerCallback):
-    """Writes the shaper state into each TRL checkpoint folder (``checkpoint-N/dynashape_shaper.pt``)."""
+    """Writes the shaper state into each TRL checkpoint folder (``checkpoint-N/dynashape_shaper.pt``).
+
+    Written by the processes that write the rest of the checkpoint: ``args.should_save`` (world process 0, or
+    the main process of every node with ``save_on_each_node=True``, for nodes without a shared filesystem). The
+    shaper runs on the gathered batch, so its state is the same on every process and any copy is the state.
+    """
 
     def __init__(self, shaper: Shaper) -> None:
         self.shaper = shaper
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not state.is_world_process_zero:
+        if not args.should_save:
             return
         folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         save_state_atomic(self.shaper.state_dict(), os.path.join(folder, STATE_FILE))
+
+
+def load_shaper_state(path: str) -> dict[str, Any]:
+    """The shaper state in ``path``, read with ``torch.load(weights_only=True)``: plain values and tensors only.
+
+    Raises:
+        ValueError: When the file holds anything else (a pickled object could run code on load); the message
+            names the file.
+    """
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise ValueError(
+            f"{path}: not a dynashape shaper state (plain values and tensors); refusing to unpickle it: {err}"
+        ) from err
+    if not isinstance(state, dict):
+        raise ValueError(f"{path}: expected a shaper state dict, got {type(state).__name__}")
+    return state
+
+
+# GRPOConfig options that shape TRL's own advantages. ShapedGRPOTrainer replaces those advantages with the
+# shaper's, so a non-default value would be silently ignored: refused instead (option -> accepted defaults).
+_UNHONOURED_OPTIONS: dict[str, tuple[Any, ...]] = {
+    "scale_rewards": ("group",),
+    "multi_objective_aggregation": ("sum_then_normalize",),
+}
+
+
+def check_unhonoured_options(args: Any) -> None:
+    """Raise a ValueError naming each TRL option ShapedGRPOTrainer would ignore (set to a non-default value)."""
+    if args is None:  # TRL builds a default GRPOConfig
+        return
+    problems = []
+    for name, accepted in _UNHONOURED_OPTIONS.items():
+        value = getattr(args, name, accepted[0])
+        if value not in accepted:
+            problems.append(f"{name}={value!r} (leave it at {accepted[0]!r})")
+    weights = getattr(args, "reward_weights", None)
+    if weights is not None and any(float(w) != 1.0 for w in weights):
+        problems.append(
+            f"reward_weights={list(weights)!r} (leave it None; the verdict comes from correctness_reward and other "
+            "rewards enter as reward_channels)"
+        )
+    if problems:
+        raise ValueError(
+            "ShapedGRPOTrainer: the shaper computes the advantages, so these GRPOConfig options would be ignored: "
+            + "; ".join(problems)
+            + ". Normalisation is the shaper's own setting (e.g. get_shaper('lead', whiten='sequence'))."
+        )
 
 
 class ShapedGRPOTrainer(GRPOTrainer):
@@ -128,6 +198,8 @@ class ShapedGRPOTrainer(GRPOTrainer):
         check_trl_version(trl.__version__)
         if not isinstance(shaper, Shaper):
             raise TypeError(f"shaper: expected a dynashape Shaper (get_shaper(...)), got {type(shaper).__name__}")
+        # GRPOTrainer(model, reward_funcs, args, ...): checked before the model is loaded.
+        check_unhonoured_options(kwargs["args"] if "args" in kwargs else (args[2] if len(args) > 2 else None))
         super().__init__(*args, **kwargs)
         self.shaper = shaper
         self.correctness_index = self._reward_index("correctness_reward", correctness_reward)
@@ -141,6 +213,10 @@ class ShapedGRPOTrainer(GRPOTrainer):
         self._ds_local: dict[str, Any] = {}
         self._ds_capture = False
         self._ds_fingerprints: torch.Tensor | None = None
+        # PEFT: the policy is the model with its trained adapter active; TRL's reference forward (beta != 0) runs
+        # the same module with the adapters disabled (or a "ref" adapter active) and must not give fingerprints.
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        self._ds_policy_adapter = getattr(unwrapped, "active_adapter", None) if is_peft_model(unwrapped) else None
 
     def _reward_index(self, arg: str, which: int | str) -> int:
         names = list(self.reward_func_names)
@@ -169,7 +245,7 @@ class ShapedGRPOTrainer(GRPOTrainer):
         batch_size: int | None = None,
         **kwargs: Any,
     ) -> Any:
-        if not self._ds_capture or self._ds_fingerprints is not None or model is not self.model:
+        if not self._ds_capture or self._ds_fingerprints is not None or not self._is_policy_forward(model):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
             )
@@ -201,6 +277,20 @@ class ShapedGRPOTrainer(GRPOTrainer):
         entropies = None if outputs[0][1] is None else torch.cat([o[1] for o in outputs])
         aux = None if outputs[0][2] is None else torch.stack([o[2] for o in outputs]).mean()
         return logps, entropies, aux
+
+    def _is_policy_forward(self, model: Any) -> bool:
+        """True for a forward of the trained policy: not the reference model, not the adapter-disabled PEFT model."""
+        if model is not self.model:
+            return False
+        if self._ds_policy_adapter is None:
+            return True
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        unwrapped = self.accelerator.unwrap_model(model)
+        if unwrapped.active_adapter != self._ds_policy_adapter:  # TRL's "ref" adapter
+            return False
+        tuner = next((m for m in unwrapped.modules() if isinstance(m, BaseTunerLayer)), None)
+        return tuner is None or not tuner.disable_adapters  # disable_adapter(): the base model
 
     # -- the override ---------------------------------------------------------------------------------------
 
@@ -279,9 +369,19 @@ class ShapedGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
+        from accelerate.utils import gather_object
+
         path = os.path.join(checkpoint, STATE_FILE)
-        if os.path.exists(path):
-            self.shaper.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
+        found = gather_object([os.path.exists(path)])
+        if any(found) and not all(found):
+            # Processes resuming with different shaper states would slice different advantage vectors.
+            missing = [rank for rank, ok in enumerate(found) if not ok]
+            raise RuntimeError(
+                f"dynashape: {path} exists on some processes but not on processes {missing}; the nodes do not share "
+                "the checkpoint folder. Train with save_on_each_node=True (or a shared filesystem) and resume again"
+            )
+        if found[0]:
+            self.shaper.load_state_dict(load_shaper_state(path))
             logger.info("dynashape: restored shaper state from %s", path)
         else:
             logger.warning("dynashape: %s not found; the shaper starts fresh", path)

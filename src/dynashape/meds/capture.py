@@ -11,11 +11,13 @@ applied to every layer (a logit lens). The feature keeps the last ``layers`` val
 differences over all N layers when ``diff=True`` (``np.diff`` semantics).
 
 How: :class:`FingerprintCapture` puts forward hooks on the last few decoder layers of a forward you already
-run (verl's / TRL's old-log-prob forward). Each hook gathers h_n at the N answer positions ([N, H]) and dots
-it with the N head rows W_U[y*] ([N, H]): O(N * H) per layer, no ``output_hidden_states`` (which keeps
-N + 1 full [B, T, H] tensors alive), no full-vocabulary logits per layer. The final norm and the head are
-read only inside the forward, where FSDP has their parameters unsharded. :func:`fingerprint` runs a backbone
-forward itself.
+run (verl's / TRL's old-log-prob forward). Each hook gathers h_n at the N answer positions ([N, H]); a pre-hook
+on the final norm norms the states that need it, and a pre-hook on the head dots them with the N head rows
+W_U[y*] ([N, H]): O(N * H) per layer, no ``output_hidden_states`` (which keeps N + 1 full [B, T, H] tensors
+alive), no full-vocabulary logits per layer. The final norm and the head are read only inside their OWN
+forward, where every sharding engine has their parameters gathered: FSDP1 (root unit), FSDP2 with the head as
+its own unit (verl with untied embeddings) and DeepSpeed ZeRO-3 (parameters gathered per module).
+:func:`fingerprint` runs a forward itself.
 
 Typical use (padded batch, response-relative positions from :mod:`dynashape.meds.positions`)::
 
@@ -29,6 +31,9 @@ Typical use (padded batch, response-relative positions from :mod:`dynashape.meds
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, Literal
 
@@ -37,6 +42,11 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from dynashape.meds.model_parts import ModelParts, find_model_parts
+
+try:  # torch builds without distributed support have no DTensor (and then no FSDP2 shards either)
+    from torch.distributed.tensor import DTensor as _DTensor
+except ImportError:  # pragma: no cover
+    _DTensor = None  # type: ignore[assignment,misc]
 
 __all__ = ["FingerprintCapture", "fingerprint"]
 
@@ -134,7 +144,9 @@ class FingerprintCapture:
         self._model_name = type(model).__name__
         # Hook the last width (+1 for diff) layers; the differences need one more value than they return.
         self._first_hooked = total - self.width - int(diff)
-        self._values: list[Tensor | None] = [None] * (total - self._first_hooked)
+        self._picked: list[Tensor | None] = [None] * (total - self._first_hooked)  # [N, H] per hooked layer
+        self._values: Tensor | None = None  # [N, hooked layers] once the head rows were read
+        self._normed = False
         self._head_rows: Tensor | None = None
         self._head_bias: Tensor | None = None
         self._handles: list[RemovableHandle] = []
@@ -144,13 +156,16 @@ class FingerprintCapture:
     def __enter__(self) -> FingerprintCapture:
         if self._handles:
             raise RuntimeError("FingerprintCapture: already entered; a capture covers one forward")
-        self._values = [None] * len(self._values)
+        self._picked = [None] * len(self._picked)
+        self._values = None
+        self._normed = False
         self._head_rows = self._head_bias = None
-        last = self._parts.num_layers - 1
-        for slot, index in enumerate(range(self._first_hooked, last + 1)):
-            apply_norm = self.norm == "final" or index == last
-            hook = self._make_hook(slot, apply_norm)
-            self._handles.append(self._parts.layers[index].register_forward_hook(hook))
+        for slot, index in enumerate(range(self._first_hooked, self._parts.num_layers)):
+            self._handles.append(self._parts.layers[index].register_forward_hook(self._make_hook(slot)))
+        # Pre-hooks registered after the sharding engine's own (FSDP2 prepends its unshard pre-hook, DeepSpeed
+        # registered its fetch hook at engine start), so they run when the module's parameters are gathered.
+        self._handles.append(self._parts.final_norm.register_forward_pre_hook(self._make_norm_hook()))
+        self._handles.append(self._parts.head.register_forward_pre_hook(self._make_head_hook()))
         return self
 
     def __exit__(
@@ -164,20 +179,94 @@ class FingerprintCapture:
         self._handles = []
 
     # -- hooks -----------------------------------------------------------------------------------------------
+    #
+    # The final norm and the head are read only inside their OWN forward: under FSDP2 (verl wraps lm_head and
+    # embed_tokens as their own units when the embeddings are untied) and DeepSpeed ZeRO-3 a module's
+    # parameters are gathered only around its own forward, so during a decoder layer's forward head.weight is
+    # a shard (a DTensor, or an empty ZeRO-3 placeholder). The layer hooks therefore only keep the picked
+    # hidden states [N, H]; the norm's pre-hook norms those that need it; the head's pre-hook dots them with
+    # the N head rows. On an unsharded model these are the same operations on the same tensors as reading
+    # everything in the layer hooks, so the values are bit for bit the same.
 
-    def _make_hook(self, slot: int, apply_norm: bool) -> Any:
+    def _make_hook(self, slot: int) -> Any:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
-            if self._values[slot] is not None:  # checkpoint recomputation or a second forward: keep the first
+            # Checkpoint recomputation in backward or a second forward: keep the first pass.
+            if self._values is not None or self._picked[slot] is not None:
                 return
             hidden = output[0] if isinstance(output, (tuple, list)) else output
             with torch.no_grad():
-                picked = self._gather(hidden.detach())
-                if apply_norm:
-                    # .forward skips the norm's own hooks (HF output capture, profilers): a read, not a call.
-                    picked = self._parts.final_norm.forward(picked)
-                self._values[slot] = self._dot(picked)
+                self._picked[slot] = self._gather(hidden.detach())
 
         return hook
+
+    def _make_norm_hook(self) -> Any:
+        def hook(module: nn.Module, args: Any) -> None:
+            # The first call of the final norm after the last decoder layer ran (earlier calls are not ours).
+            if self._normed or self._picked[-1] is None:
+                return
+            self._apply_norm()
+            # A forward that never calls the head module (a fused log-prob kernel reading head.weight directly)
+            # still gets the head rows: read here when the weight is a whole, plain tensor (an unsharded model,
+            # FSDP1's root unit), never from a shard. The head's own pre-hook, when it runs, reads them again.
+            if self._head_rows is None and _materialised(self._parts.head, self._head_shape()):
+                self._read_head_rows(self._picked[-1])
+
+        return hook
+
+    def _make_head_hook(self) -> Any:
+        def hook(module: nn.Module, args: Any) -> None:
+            if self._values is not None or self._picked[-1] is None:
+                return
+            if not self._normed:  # a model that applies its final norm without calling the module
+                self._apply_norm()
+            self._read_head_rows(self._picked[-1])
+            self._finish()
+
+        return hook
+
+    def _apply_norm(self) -> None:
+        """Apply the final norm to the picked states that need it (every layer for "final", the last for "raw")."""
+        with torch.no_grad():
+            # .forward skips the norm's own hooks (HF output capture, profilers, ours): a read, not a call.
+            norm = self._parts.final_norm.forward
+            last = len(self._picked) - 1
+            for slot, picked in enumerate(self._picked):
+                if picked is not None and (self.norm == "final" or slot == last):
+                    self._picked[slot] = norm(picked)
+        self._normed = True
+
+    def _read_head_rows(self, picked: Tensor, weight: Tensor | None = None, bias: Tensor | None = None) -> None:
+        """W_U[y*] [N, H] (and b[y*] [N]) in at least float32, on the device of the picked states.
+
+        ``weight`` / ``bias``: whole copies when the head's own are shards (read outside its forward).
+        """
+        dtype = torch.promote_types(picked.dtype, torch.float32)
+        head = self._parts.head
+        if weight is None:
+            weight, bias = head.weight, getattr(head, "bias", None)
+        with torch.no_grad():
+            weight = weight.detach()
+            self._head_rows = weight[self._targets.to(weight.device)].to(picked.device, dtype)
+            if isinstance(bias, Tensor):
+                self._head_bias = bias.detach()[self._targets.to(bias.device)].to(picked.device, dtype)
+
+    def _head_shape(self) -> tuple[int, int] | None:
+        """[V, H] of the whole head weight (H from the picked states); None before the last layer ran."""
+        last = self._picked[-1]
+        return None if last is None else (self._parts.vocab_size, int(last.shape[-1]))
+
+    def _finish(self) -> None:
+        """<picked_n[i], W_U[y*_i]> (+ b[y*_i]) for every hooked layer -> values [N, hooked layers]."""
+        rows, bias = self._head_rows, self._head_bias
+        assert rows is not None
+        columns = []
+        with torch.no_grad():
+            for picked in self._picked:
+                assert picked is not None
+                value = (picked.to(rows.dtype) * rows).sum(-1)
+                columns.append(value if bias is None else value + bias)
+        self._values = torch.stack(columns, dim=1)
+        self._picked = [None] * len(self._picked)  # the [N, H] states are no longer needed
 
     def _gather(self, hidden: Tensor) -> Tensor:
         """h[rows, positions] -> [N, H] from a layer output [R, S, H] (or [S, H] for one packed row)."""
@@ -206,37 +295,102 @@ class FingerprintCapture:
             self._rows = self._rows.to(device, non_blocking=True)
         return hidden[self._rows, self._positions]
 
-    def _dot(self, picked: Tensor) -> Tensor:
-        """<picked[i], W_U[y*_i]> (+ b[y*_i]) -> [N], accumulated in at least float32."""
-        dtype = torch.promote_types(picked.dtype, torch.float32)
-        if self._head_rows is None:
-            # N rows of the head, read once per forward (inside it, where FSDP has the weight unsharded).
-            head = self._parts.head
-            self._head_rows = head.weight.detach()[self._targets.to(head.weight.device)].to(picked.device, dtype)
-            bias = getattr(head, "bias", None)
-            if isinstance(bias, Tensor):
-                self._head_bias = bias.detach()[self._targets.to(bias.device)].to(picked.device, dtype)
-        value = (picked.to(dtype) * self._head_rows).sum(-1)
-        return value if self._head_bias is None else value + self._head_bias
-
     # -- result ----------------------------------------------------------------------------------------------
 
     def result(self) -> Tensor:
         """The fingerprints, float32 [N, layers], NaN rows where the position was -1.
 
         Raises:
-            RuntimeError: When the hooked layers did not all run (no forward inside the context).
+            RuntimeError: When the hooked layers did not all run (no forward inside the context), or when the
+                head never ran inside the forward and its weight is sharded now (nothing exact to read).
         """
-        if any(v is None for v in self._values):
-            raise RuntimeError(
-                f"FingerprintCapture: the hooked decoder layers of {self._model_name} did not run; run the "
-                "model's forward inside the `with` block"
-            )
-        values = torch.stack([v for v in self._values if v is not None], dim=1)  # [N, hooked layers]
+        if self._values is None:
+            if any(p is None for p in self._picked):
+                raise RuntimeError(
+                    f"FingerprintCapture: the hooked decoder layers of {self._model_name} did not run; run the "
+                    "model's forward inside the `with` block"
+                )
+            self._finish_outside_forward()
+        assert self._values is not None
+        values = self._values
         if self.diff:
             values = values[:, 1:] - values[:, :-1]
         values = values[:, -self.width :].float()
         return values.masked_fill(~self._present.to(values.device)[:, None], float("nan"))
+
+    def _finish_outside_forward(self) -> None:
+        """The forward ran the layers but not the head module (a backbone-only forward, a fused head kernel)."""
+        if not self._normed:
+            if not _materialised(self._parts.final_norm, None):
+                raise RuntimeError(
+                    f"FingerprintCapture: the final norm of {self._model_name} did not run inside the forward and "
+                    "its parameters are sharded outside it (FSDP2 / ZeRO-3); run a forward that calls it"
+                )
+            self._apply_norm()
+        if self._head_rows is None:
+            with _whole_head(self._parts.head, self._head_shape()) as whole:
+                if whole is None:
+                    raise RuntimeError(
+                        f"FingerprintCapture: the output head of {self._model_name} was not called inside the "
+                        "forward and its weight is sharded outside it (FSDP1 flat shards), so the head rows cannot "
+                        "be read exactly; run a forward that calls the head module (no fused head kernel)"
+                    )
+                self._read_head_rows(self._picked[-1], *whole)  # type: ignore[arg-type]
+        self._finish()
+
+
+def _is_shard(param: Tensor) -> bool:
+    """A parameter that holds only this rank's part outside its module's forward (FSDP2 DTensor, ZeRO-3).
+
+    ZeRO-3 parameters (``ds_id``) count as shards even when they look whole: outside the module's own forward
+    they may be in flight (prefetched into a buffer that is not filled yet).
+    """
+    return hasattr(param, "ds_id") or (_DTensor is not None and isinstance(param, _DTensor))
+
+
+@contextlib.contextmanager
+def _whole_head(head: nn.Module, shape: tuple[int, ...] | None) -> Iterator[tuple[Tensor, Tensor | None] | None]:
+    """The head's (weight, bias) as whole tensors for a read outside its forward; None when impossible.
+
+    For a head that the forward never called (TRL's fused LM head and verl's fused kernels read ``head.weight``
+    directly, gathering it themselves): DeepSpeed ZeRO-3 parameters are gathered with DeepSpeed's own
+    ``GatheredParameters``, FSDP2 DTensors with ``full_tensor()``. Both are collectives: every rank reads its
+    capture's ``result()`` once per forward, as the adapters do, so the ranks call them in step.
+    """
+    weight = head.weight
+    bias = getattr(head, "bias", None)
+    bias = bias if isinstance(bias, Tensor) else None
+    params = [t for t in (weight, bias) if t is not None]
+    partitioned = [p for p in params if hasattr(p, "ds_id") and getattr(p.ds_status, "name", "") != "AVAILABLE"]
+    if partitioned:
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(partitioned, modifier_rank=None):
+            yield weight, bias
+    elif _DTensor is not None and any(isinstance(p, _DTensor) for p in params):
+
+        def whole(t: Tensor | None) -> Tensor | None:
+            return t.full_tensor() if _DTensor is not None and isinstance(t, _DTensor) else t
+
+        yield whole(weight), whole(bias)  # type: ignore[misc]
+    elif _materialised(head, shape):
+        yield weight, bias
+    else:
+        yield None
+
+
+def _materialised(module: nn.Module, shape: tuple[int, ...] | None) -> bool:
+    """True when the module's own parameters are whole plain tensors now; ``shape``: the weight's full shape.
+
+    Without ``shape`` every parameter must be non-empty (FSDP1 leaves empty or flat views outside a forward).
+    """
+    params = list(module.parameters(recurse=False))
+    if any(_is_shard(p) for p in params):
+        return False
+    if shape is not None:
+        weight = getattr(module, "weight", None)
+        return isinstance(weight, Tensor) and tuple(weight.shape) == shape
+    return all(p.numel() > 0 for p in params)
 
 
 def fingerprint(
@@ -253,16 +407,19 @@ def fingerprint(
     parts: ModelParts | None = None,
     **forward_kwargs: Any,
 ) -> Tensor:
-    """MEDS fingerprints from a forward of the model's backbone (no head, no grad).
+    """MEDS fingerprints from a no-grad forward of the model that computes the logits of one position per row.
 
-    Prefer :class:`FingerprintCapture` on the log-prob forward you run anyway; this runs its own forward.
+    Prefer :class:`FingerprintCapture` on the log-prob forward you run anyway; this runs its own forward:
+    ``model(..., logits_to_keep=1)`` when the model takes ``logits_to_keep`` (Hugging Face causal LMs; it also
+    works on an FSDP2-sharded model, whose root unit is gathered only inside the root's forward), otherwise the
+    backbone followed by one call of the head on a single hidden state.
 
     Args:
         model: A causal LM (see :func:`find_model_parts`).
         input_ids: LongTensor [R, S] (padded batch) or [1, total] (packed row).
         attention_mask: [R, S] mask, or None (packed rows pass ``position_ids`` in ``forward_kwargs``).
         positions, targets, rows, layers, diff, norm, parts: As in :class:`FingerprintCapture`.
-        **forward_kwargs: Passed to the backbone's forward (e.g. ``position_ids`` for packed rows).
+        **forward_kwargs: Passed to the forward (e.g. ``position_ids`` for packed rows).
 
     Returns:
         float32 [N, layers], NaN rows where ``positions`` is -1.
@@ -271,5 +428,15 @@ def fingerprint(
     capture = FingerprintCapture(model, positions, targets, rows=rows, layers=layers, diff=diff, norm=norm, parts=parts)
     forward_kwargs.setdefault("use_cache", False)
     with torch.no_grad(), capture:
-        parts.backbone(input_ids=input_ids, attention_mask=attention_mask, **forward_kwargs)
+        if "logits_to_keep" in inspect.signature(model.forward).parameters:
+            # The model's own forward with the logits of one position per row ([R, 1, V]): a sharded model's
+            # root unit (FSDP2: the final norm) is gathered only inside the root's forward, not the backbone's.
+            model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1, **forward_kwargs)
+        else:
+            out = parts.backbone(input_ids=input_ids, attention_mask=attention_mask, **forward_kwargs)
+            if capture._values is None:
+                # The backbone stops before the head: call the head on ONE hidden state so its pre-hook reads
+                # the head rows inside the head's own forward, where FSDP2 / ZeRO-3 gather its weight.
+                hidden = out if isinstance(out, Tensor) else out[0]
+                parts.head(hidden.reshape(-1, hidden.shape[-1])[:1])
     return capture.result()

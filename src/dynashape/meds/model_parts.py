@@ -41,8 +41,10 @@ class ModelParts:
         layers: The decoder layers in execution order; layer n (1-based) is ``layers[n - 1]``. Each layer's
             output is a tensor [B, T, H] or a tuple whose first element is that tensor.
         final_norm: The norm applied to the last layer's output before the head; it must act on each token
-            independently (LayerNorm, RMSNorm), so applying it to gathered rows [N, H] is exact.
-        head: The output head: ``head.weight`` [V, H] (tied or not) and an optional ``head.bias`` [V].
+            independently (LayerNorm, RMSNorm), so applying it to gathered rows [N, H] is exact. Read only in
+            its own forward pre-hook (sharding engines gather its parameters there).
+        head: The output head: ``head.weight`` [V, H] (tied or not) and an optional ``head.bias`` [V]. Read
+            only in its own forward pre-hook.
     """
 
     backbone: nn.Module
@@ -66,8 +68,9 @@ class ModelParts:
     def vocab_size(self) -> int:
         """V, the number of rows of the head.
 
-        Read from ``out_features`` when the head has it: under FSDP the weight is a flat shard outside the
-        forward, so its shape is not the vocabulary size there.
+        Read from ``out_features`` when the head has it: under FSDP1 / FSDP2 / ZeRO-3 the weight is a shard
+        (a flat slice, a DTensor, an empty placeholder) outside the head's own forward, so its shape is not the
+        vocabulary size there.
         """
         out_features = getattr(self.head, "out_features", None)
         if isinstance(out_features, int):
