@@ -6,7 +6,7 @@
 # Parts, each printed as one summary line "gpu_check: PASS|FAIL|SKIP <part> <seconds> s [note]":
 #   setup        a Python with CUDA torch and this checkout installed (see "Environment" below)
 #   gpu-tests    pytest -m gpu on the library tests (tests/, engine suites excluded)
-#   fingerprint  benchmarks/bench_fingerprint.py --real-shape --device cuda (Qwen2.5-1.5B shape, random weights, bf16)
+#   fingerprint  benchmarks/bench_fingerprint.py --preset qwen2.5-1.5b --device cuda --skip-positions (Qwen2.5-1.5B shape, random bf16 weights)
 #   train        dynashape train --device cuda for 3 RL steps (toy model, short warm-up, 1 eval sample of <= 96 tokens)
 #   trl          pytest -m gpu tests/integrations: ShapedGRPOTrainer for 5 steps on CUDA (TRL is installed in setup)
 # Full logs: $GPU_CHECK_LOG_DIR (default runs/gpu_check/<part>.log); a failing part prints its last 30 lines.
@@ -101,7 +101,7 @@ if [[ $FAILED == 0 ]]; then
   RUN_DIR="$LOG_DIR/train-run"
   rm -rf "$RUN_DIR"
   part gpu-tests 60 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests --ignore=tests/integrations
-  part fingerprint 90 "$PY" benchmarks/bench_fingerprint.py --real-shape --device cuda
+  part fingerprint 90 "$PY" benchmarks/bench_fingerprint.py --preset qwen2.5-1.5b --device cuda --skip-positions
   part train 120 "$PY" -m dynashape.cli train --device cuda --steps 3 --warmup-steps 30 --eval-samples 1 \
     --eval-max-new-tokens 96 --no-progress --run-dir "$RUN_DIR" --cache-dir "$LOG_DIR/cache"
   part trl 90 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/integrations
