@@ -84,7 +84,7 @@ def test_runs_every_part_reports_one_line_each_and_fails_when_one_fails(tmp_path
 
     commands = calls.read_text().splitlines()
     assert any("-m pytest" in c and "-m gpu tests --ignore=tests/integrations" in c for c in commands)
-    assert "benchmarks/bench_fingerprint.py --real-shape --device cuda" in commands
+    assert "benchmarks/bench_fingerprint.py --preset qwen2.5-1.5b --device cuda --skip-positions" in commands
     assert any(c.endswith("-m gpu tests/integrations") for c in commands)
     train = next(c for c in commands if c.startswith("-m dynashape.cli train"))
     # The train command line is one the real CLI accepts, on cuda, for 3 steps.
