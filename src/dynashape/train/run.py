@@ -3,7 +3,7 @@
     run_dir/config.yaml          resolved RunConfig
     run_dir/metrics.jsonl        one line per RL step
     run_dir/checkpoints/step_N/  model, optimiser, RNG, data position, shaper state
-    run_dir/eval_base.json       the base model's held-out evaluation, written before training starts
+    run_dir/eval_base.json       the base model's held-out evaluation (and its seconds), written before training
     run_dir/eval.json            base vs final on the held-out split, AES
     run_dir/report.md, *.png     plots (``dynashape.report``)
     run_dir/tb/                  TensorBoard scalars, when tensorboard is installed (``dynashape[tensorboard]``)
@@ -321,6 +321,7 @@ def _train(
     if trainer.step_index < total:
         return RunResult(run_dir, None, metrics, resumed_from)
 
+    eval_start = time.perf_counter()
     final_eval = evaluate(
         model,
         tokenizer,
@@ -332,6 +333,7 @@ def _train(
         progress=progress,
         desc="eval final",
     )
+    eval_seconds = time.perf_counter() - eval_start
     score = None  # AES is undefined for a base model with zero accuracy or zero length
     if base_eval["accuracy"] > 0 and base_eval["mean_length"] > 0:
         score = aes(final_eval["accuracy"], final_eval["mean_length"], base_eval["accuracy"], base_eval["mean_length"])
@@ -345,6 +347,7 @@ def _train(
         "length_ratio": final_eval["mean_length"] / max(base_eval["mean_length"], 1e-9),
         "accuracy_delta": final_eval["accuracy"] - base_eval["accuracy"],
         "wall_seconds": time.perf_counter() - start_wall,
+        "final_eval_seconds": eval_seconds,
         "train_seconds": sum(m.get("time/step", 0.0) for m in metrics),
         "base_model": base,
         "resumed_from": resumed_from,
@@ -386,13 +389,15 @@ def _run_base_eval(
             stored = json.loads(path.read_text())
         except json.JSONDecodeError:  # a torn write of an older version: evaluate again
             stored = {}
+        stored.pop("seconds", None)
         if stored.pop("eval_key", None) == key:
             return stored
+    start = time.perf_counter()
     result = evaluate_base(
         cfg, model, tokenizer, test, verifier, base, use_cache=own_verifier, fmt=fmt, progress=progress
     )
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({**result, "eval_key": key}, indent=1))
+    tmp.write_text(json.dumps({**result, "eval_key": key, "seconds": time.perf_counter() - start}, indent=1))
     tmp.replace(path)
     return result
 
