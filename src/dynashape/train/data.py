@@ -69,7 +69,9 @@ def load_dataset_problems(path: str | Path, *, seed: int = 0) -> tuple[list[Prob
     with a newline like the toy's; the difficulty is the file's level (0 when absent)."""
     if not Path(path).is_file() and str(path) in NAMED_DATASETS:
         train_file, test_file = named_dataset_files(str(path))
-        return _problems(load_math_problems(train_file)), _problems(load_math_problems(test_file))
+        # MATH's train split has 2 multiple-choice rows without a boxed answer: left out, not refused
+        train_items = load_math_problems(train_file, skip_unanswered=True)
+        return _problems(train_items), _problems(load_math_problems(test_file))
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"data_path {str(path)!r} is not a file (nor a named dataset: {', '.join(NAMED_DATASETS)})")

@@ -108,8 +108,8 @@ def sample(
         max_new_tokens: response cap; a row without EOS by then is ``truncated``.
         temperature: softmax temperature (> 0). top_p: nucleus mass kept (1.0 = off).
         generator: torch.Generator on the model's device, for reproducible draws (resume).
-        on_finished: called with the number of rows that finished (EOS or the cap) whenever some did; a
-            progress bar's hook. It does not change the draws.
+        on_finished: called after every token with the number of rows that finished at it (EOS or the cap;
+            often 0); a progress bar's hook. It does not change the draws.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -150,10 +150,8 @@ def sample(
         lengths[rows[live_rows]] += 1
         live[live_rows[drawn == eos_token_id]] = False
         n_live = int(live.sum())
-        if on_finished is not None:
-            done = len(live_rows) - n_live if t < max_new_tokens - 1 else len(live_rows)  # at the cap: all
-            if done:
-                on_finished(done)
+        if on_finished is not None:  # every token, 0 included: a progress line can say it is still working
+            on_finished(len(live_rows) - n_live if t < max_new_tokens - 1 else len(live_rows))  # at the cap: all
         if n_live == 0 or t == max_new_tokens - 1:
             break
         if n_live <= 3 * len(rows) // 4:  # compact: drop finished rows from the batch and the cache
