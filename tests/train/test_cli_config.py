@@ -217,3 +217,19 @@ def test_model_command_errors(tmp_path, capsys):
     fake.write_bytes(b"GGUF")
     assert main(["model", str(fake), str(tmp_path / "full")]) == 2
     assert "exists and is not empty" in capsys.readouterr().err
+
+
+def test_eval_command_takes_eval_overrides(tiny_config, parity_verifier, tmp_path, capsys):
+    """dynashape eval --set eval.*: a smaller evaluation of a finished run's last checkpoint (whose config hash is
+    that of the run as trained, so the override does not make the checkpoint look foreign)."""
+    import json
+
+    from dynashape.train.run import train
+
+    run = tmp_path / "run"
+    train(tiny_config("grpo", steps=1), run, progress=False, verifier=parity_verifier, report=False)
+    assert main(["eval", "--run-dir", str(run), "--samples", "1", "--set", "eval.max_problems=2", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["n_problems"], out["n_samples"]) == (2, 1) and out["checkpoint"].endswith("step_1")
+    assert main(["eval", "--run-dir", str(run), "--set", "task.seed=3"]) == 2
+    assert "eval.* keys only" in capsys.readouterr().err
