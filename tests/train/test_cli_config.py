@@ -95,11 +95,16 @@ def test_line_progress_writes_a_line_per_interval_with_an_eta():
     bar.update(10)  # 1 s after the last line: none
     now[0] = 30.0
     bar.close()
+    bar.close()  # once closed, silent
     lines = out.getvalue().splitlines()
     assert lines == [
         "eval base: 10/40 rollouts (25%), 0:12 elapsed, ETA 0:36, acc=0.250",
         "eval base: 20/40 rollouts (50%), 0:30 elapsed, ETA 0:30, acc=0.250",
     ]
+    again = LineProgress(4, "train", interval=0.0, stream=out, clock=lambda: now[0])
+    again.update(4)  # a line for the update (interval 0) ...
+    again.close()  # ... and none more at close, which would say the same
+    assert out.getvalue().splitlines()[2:] == ["train: 4/4 it (100%), 0:00 elapsed"]
 
 
 def test_progress_bar_is_lines_off_a_terminal(monkeypatch):

@@ -49,6 +49,7 @@ class LineProgress:
         self.postfix: dict[str, Any] = {}
         self.start = clock()
         self._last_line = self.start
+        self._last_state: tuple[int, dict[str, Any]] | None = None
         self._closed = False
 
     def line(self) -> str:
@@ -67,6 +68,7 @@ class LineProgress:
     def _emit(self) -> None:
         print(self.line(), file=self.stream, flush=True)
         self._last_line = self.clock()
+        self._last_state = (self.n, dict(self.postfix))
 
     def update(self, n: int = 1) -> None:
         self.n += n
@@ -77,9 +79,11 @@ class LineProgress:
         self.postfix = {**(values or {}), **kwargs}
 
     def close(self) -> None:
+        """A last line, unless the last one written already says the same."""
         if not self._closed:
             self._closed = True
-            self._emit()
+            if self._last_state != (self.n, self.postfix):
+                self._emit()
 
 
 def progress_bar(total: int, desc: str, enabled: bool, *, unit: str = "it", interval: float = 10.0) -> Any:
