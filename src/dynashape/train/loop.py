@@ -123,6 +123,8 @@ class Trainer:
         verifier: object with ``verify(golds, responses) -> list[verdict with .correct]``.
         ref_model: frozen reference for the KL term (needed when ``cfg.kl_coef > 0``).
         device: torch device of the model.
+        prompt_format: how problems become prompt ids (chat template, suffix; ``prompts.PromptFormat``);
+            None sends each problem's text as it is, after the tokenizer's BOS.
     """
 
     def __init__(
@@ -135,6 +137,7 @@ class Trainer:
         *,
         ref_model: torch.nn.Module | None = None,
         device: str | torch.device = "cpu",
+        prompt_format: Any = None,
     ) -> None:
         from dynashape import get_shaper
 
@@ -142,6 +145,7 @@ class Trainer:
             raise ValueError(f"kl_coef={cfg.kl_coef} > 0 needs a ref_model")
         self.model, self.tokenizer, self.cfg, self.verifier = model, tokenizer, cfg, verifier
         self.ref_model, self.device = ref_model, torch.device(device)
+        self.prompt_format = prompt_format
         pool = problems if cfg.prompt_pool is None else problems[: cfg.prompt_pool]
         self.stream = PromptStream(pool, cfg.seed)
         self.shaper = get_shaper(cfg.shaper, **cfg.shaper_kwargs)
@@ -173,7 +177,11 @@ class Trainer:
     # -- phases ------------------------------------------------------------------------------------------
     def _generate(self, problems: list[Problem]) -> Rollouts:
         g = self.cfg.group_size
-        ids, mask = encode_prompts(self.tokenizer, [p.prompt for p in problems])
+        questions = [p.prompt for p in problems]
+        if self.prompt_format is None:
+            ids, mask = encode_prompts(self.tokenizer, questions)
+        else:
+            ids, mask = self.prompt_format.encode(questions)
         ids = ids.repeat_interleave(g, dim=0).to(self.device)
         mask = mask.repeat_interleave(g, dim=0).to(self.device)
         self.model.eval()

@@ -10,7 +10,7 @@ stopping criteria, cache bookkeeping) dominates; ``benchmarks/bench_trainer.py``
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +94,7 @@ def sample(
     temperature: float = 1.0,
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
+    on_finished: Callable[[int], None] | None = None,
 ) -> Rollouts:
     """Sample one response per prompt row with a KV cache (ancestral sampling at ``temperature``).
 
@@ -107,6 +108,8 @@ def sample(
         max_new_tokens: response cap; a row without EOS by then is ``truncated``.
         temperature: softmax temperature (> 0). top_p: nucleus mass kept (1.0 = off).
         generator: torch.Generator on the model's device, for reproducible draws (resume).
+        on_finished: called after every token with the number of rows that finished at it (EOS or the cap;
+            often 0); a progress bar's hook. It does not change the draws.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -147,6 +150,8 @@ def sample(
         lengths[rows[live_rows]] += 1
         live[live_rows[drawn == eos_token_id]] = False
         n_live = int(live.sum())
+        if on_finished is not None:  # every token, 0 included: a progress line can say it is still working
+            on_finished(len(live_rows) - n_live if t < max_new_tokens - 1 else len(live_rows))  # at the cap: all
         if n_live == 0 or t == max_new_tokens - 1:
             break
         if n_live <= 3 * len(rows) // 4:  # compact: drop finished rows from the batch and the cache

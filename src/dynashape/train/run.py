@@ -3,6 +3,7 @@
     run_dir/config.yaml          resolved RunConfig
     run_dir/metrics.jsonl        one line per RL step
     run_dir/checkpoints/step_N/  model, optimiser, RNG, data position, shaper state
+    run_dir/eval_base.json       the base model's held-out evaluation (and its seconds), written before training
     run_dir/eval.json            base vs final on the held-out split, AES
     run_dir/report.md, *.png     plots (``dynashape.report``)
     run_dir/tb/                  TensorBoard scalars, when tensorboard is installed (``dynashape[tensorboard]``)
@@ -32,7 +33,7 @@ from dynashape.train import checkpoint as ckpt
 from dynashape.train.config import RunConfig
 from dynashape.train.task import Problem, make_splits
 
-__all__ = ["RunResult", "default_cache_dir", "load_base", "read_metrics", "train"]
+__all__ = ["RunResult", "default_cache_dir", "load_base", "prompt_format", "read_metrics", "train"]
 
 log = logging.getLogger(__name__)
 TIME_PREFIX = "time/"
@@ -93,15 +94,23 @@ def load_base(
 
 
 def _bar(total: int, desc: str, enabled: bool) -> Any:
-    if not enabled or total == 0:
-        return None
-    from tqdm.auto import tqdm
+    from dynashape.train.progress import progress_bar
 
-    return tqdm(total=total, desc=desc, dynamic_ncols=True)
+    return progress_bar(total, desc, enabled)
 
 
-def _eval_key(cfg: RunConfig, test: list[Problem]) -> str:
-    blob = json.dumps({"eval": cfg.to_dict()["eval"], "problems": [(p.prompt, p.answer) for p in test]}, sort_keys=True)
+def prompt_format(cfg: RunConfig, tokenizer: Any) -> Any:
+    """How this run turns problems into prompts: ``cfg.prompt`` on ``tokenizer``; a dataset's default suffix
+    asks for a boxed answer, the toy's is empty (its prompts are unchanged)."""
+    from dynashape.train.prompts import BOXED_INSTRUCTION, PromptFormat
+
+    default_suffix = "" if cfg.data_path is None else BOXED_INSTRUCTION
+    return PromptFormat(tokenizer, cfg.prompt, default_suffix=default_suffix)
+
+
+def _eval_key(cfg: RunConfig, test: list[Problem], fmt: Any = None) -> str:
+    problems = [(p.prompt if fmt is None else fmt.render(p.prompt), p.answer) for p in test]
+    blob = json.dumps({"eval": cfg.to_dict()["eval"], "problems": problems}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -114,16 +123,31 @@ def evaluate_base(
     base: dict,
     *,
     use_cache: bool = True,
+    fmt: Any = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
-    """The base model's held-out evaluation, cached next to the cached base model (shared by all presets)."""
+    """The base model's held-out evaluation, cached next to the cached base model (shared by all presets).
+
+    The cache key hashes the evaluation config and the prompts as the model sees them (``fmt``).
+    """
     from dynashape.report.evaluation import evaluate
 
     path = None
     if base.get("cache") and use_cache:
-        path = Path(base["cache"]) / f"eval-{_eval_key(cfg, test)}.json"
+        path = Path(base["cache"]) / f"eval-{_eval_key(cfg, test, fmt)}.json"
         if path.exists():
             return json.loads(path.read_text())
-    result = evaluate(model, tokenizer, test, cfg.eval, verifier, device=cfg.device)
+    result = evaluate(
+        model,
+        tokenizer,
+        test,
+        cfg.eval,
+        verifier,
+        device=cfg.device,
+        prompt_format=fmt,
+        progress=progress,
+        desc="eval base",
+    )
     if path is not None:
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(result))
@@ -217,7 +241,19 @@ def _train(
     cfg_hash = _write_config(run_dir, cfg)
     model, tokenizer, train_problems, test_problems, base = load_base(cfg, progress=progress)
     # A caller's own verifier may judge differently: its base evaluation is not cached.
-    base_eval = evaluate_base(cfg, model, tokenizer, test_problems, verifier, base, use_cache=own_verifier)
+    fmt = prompt_format(cfg, tokenizer)
+    base_eval = _run_base_eval(
+        run_dir,
+        cfg,
+        model,
+        tokenizer,
+        test_problems,
+        verifier,
+        base,
+        own_verifier=own_verifier,
+        fmt=fmt,
+        progress=progress,
+    )
 
     ref_model = None
     if cfg.train.kl_coef > 0:
@@ -225,7 +261,9 @@ def _train(
 
         ref_model = copy.deepcopy(model).eval()
         ref_model.requires_grad_(False)
-    trainer = Trainer(model, tokenizer, train_problems, cfg.train, verifier, ref_model=ref_model, device=cfg.device)
+    trainer = Trainer(
+        model, tokenizer, train_problems, cfg.train, verifier, ref_model=ref_model, device=cfg.device, prompt_format=fmt
+    )
 
     # -- resume ------------------------------------------------------------------------------------------
     ckpt_dir = run_dir / "checkpoints"
@@ -283,7 +321,19 @@ def _train(
     if trainer.step_index < total:
         return RunResult(run_dir, None, metrics, resumed_from)
 
-    final_eval = evaluate(model, tokenizer, test_problems, cfg.eval, verifier, device=cfg.device)
+    eval_start = time.perf_counter()
+    final_eval = evaluate(
+        model,
+        tokenizer,
+        test_problems,
+        cfg.eval,
+        verifier,
+        device=cfg.device,
+        prompt_format=fmt,
+        progress=progress,
+        desc="eval final",
+    )
+    eval_seconds = time.perf_counter() - eval_start
     score = None  # AES is undefined for a base model with zero accuracy or zero length
     if base_eval["accuracy"] > 0 and base_eval["mean_length"] > 0:
         score = aes(final_eval["accuracy"], final_eval["mean_length"], base_eval["accuracy"], base_eval["mean_length"])
@@ -297,6 +347,7 @@ def _train(
         "length_ratio": final_eval["mean_length"] / max(base_eval["mean_length"], 1e-9),
         "accuracy_delta": final_eval["accuracy"] - base_eval["accuracy"],
         "wall_seconds": time.perf_counter() - start_wall,
+        "final_eval_seconds": eval_seconds,
         "train_seconds": sum(m.get("time/step", 0.0) for m in metrics),
         "base_model": base,
         "resumed_from": resumed_from,
@@ -310,6 +361,45 @@ def _train(
         except ImportError as err:  # matplotlib missing: the run itself is complete
             log.warning("no report written: %s", err)
     return RunResult(run_dir, result, metrics, resumed_from)
+
+
+def _run_base_eval(
+    run_dir: Path,
+    cfg: RunConfig,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    test: list[Problem],
+    verifier: Any,
+    base: dict,
+    *,
+    own_verifier: bool,
+    fmt: Any,
+    progress: bool,
+) -> dict[str, Any]:
+    """The base evaluation, written to ``run_dir/eval_base.json`` as soon as it exists (before any training
+    step), and read back from there when the run is started again (a real model's evaluation takes minutes).
+
+    The file holds the evaluation's result and its ``eval_key`` (evaluation config and prompts); a caller's
+    own verifier (tests) always evaluates anew, as it does for the shared cache.
+    """
+    path = run_dir / "eval_base.json"
+    key = _eval_key(cfg, test, fmt)
+    if own_verifier and path.exists():
+        try:
+            stored = json.loads(path.read_text())
+        except json.JSONDecodeError:  # a torn write of an older version: evaluate again
+            stored = {}
+        stored.pop("seconds", None)
+        if stored.pop("eval_key", None) == key:
+            return stored
+    start = time.perf_counter()
+    result = evaluate_base(
+        cfg, model, tokenizer, test, verifier, base, use_cache=own_verifier, fmt=fmt, progress=progress
+    )
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps({**result, "eval_key": key, "seconds": time.perf_counter() - start}, indent=1))
+    tmp.replace(path)
+    return result
 
 
 def _save(ckpt_dir: Path, trainer: Any, cfg_hash: str) -> None:
