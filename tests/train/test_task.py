@@ -36,9 +36,12 @@ def trace(problem, **kw):
 
 def test_problem_hand_checked():
     assert P.answer == "52" and P.difficulty == 2 and P.group is None
-    assert P.prompt == {"terse": "47+8-3\n", "plain": "compute 47+8-3\n", "chatty": "please work out 47+8-3 step by step\n"}[
-        P.verbosity
-    ]
+    assert (
+        P.prompt
+        == {"terse": "47+8-3\n", "plain": "compute 47+8-3\n", "chatty": "please work out 47+8-3 step by step\n"}[
+            P.verbosity
+        ]
+    )
     assert P.key == prompt_key(P.prompt)
     assert TRAP.expression == "60+5-(4+2)" and TRAP.answer == "59" and TRAP.difficulty == 3 and TRAP.is_trap
     assert make_problem((52, 7), ("-",)).answer == "45"
@@ -205,7 +208,7 @@ def test_splits_seeded_disjoint_balanced():
     other = world_splits(ChainTaskConfig(n_train=200, n_validation_per_difficulty=3, n_test_per_difficulty=3, seed=1))
     assert [p.prompt for p in other.train] != [p.prompt for p in s.train]
     for p in s.test:  # test-only oracle on our own generated text: the running value stays two-digit
-        assert int(p.answer) == eval(p.expression)  # noqa: S307
+        assert int(p.answer) == eval(p.expression)
         assert 10 <= int(p.answer) <= 99
 
 

@@ -64,9 +64,7 @@ def _ari_by_hand(clusters, modes):
 
 def test_cluster_mode_ari_by_hand():
     # two tight bundles of directions: HDBSCAN finds {0, 1, 2} and {3, 4, 5}; the true modes differ on row 5
-    x = np.array(
-        [[1, 0.01, 0, 0], [1, 0.02, 0, 0], [1, 0, 0.01, 0], [0, 1, 0.01, 0], [0.01, 1, 0, 0], [0, 1, 0, 0.02]]
-    )
+    x = np.array([[1, 0.01, 0, 0], [1, 0.02, 0, 0], [1, 0, 0.01, 0], [0, 1, 0.01, 0], [0.01, 1, 0, 0], [0, 1, 0, 0.02]])
     modes = ["carry", "carry", "carry", "borrow", "borrow", "carry"]
     expected = _ari_by_hand([0, 0, 0, 1, 1, 1], modes)
     assert expected == pytest.approx(1.2 / 3.7)  # index 4, expected index 2.8, max 6.5

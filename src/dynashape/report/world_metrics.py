@@ -176,8 +176,8 @@ def budget_rules(lengths: Sequence[float], difficulties: Sequence[int], *, loose
     x = np.asarray(lengths, dtype=np.float64)
     d = np.asarray(difficulties)
     hardest = int(d.max())
-    tight = int(math.ceil(float(np.median(x[d == hardest]))))
+    tight = math.ceil(float(np.median(x[d == hardest])))
     s = np.sort(x)
-    allowed = int(math.floor((1 - loose_quantile) * n + 1e-9))  # how many may lie above B
-    loose = int(math.ceil(s[n - 1 - allowed]))
+    allowed = math.floor((1 - loose_quantile) * n + 1e-9)  # how many may lie above B
+    loose = math.ceil(float(s[n - 1 - allowed]))
     return {"tight": tight, "loose": loose, "hardest": hardest}
