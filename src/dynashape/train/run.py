@@ -133,7 +133,8 @@ class _LogBar:
         print(f"{self.desc}: {self.n}/{self.total} [{elapsed:.0f}s, eta {eta:.0f}s]{tail}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        self._write()
+        if self.n:  # a bar that never moved (a cached base model) leaves no line
+            self._write()
 
 
 def _eval_key(cfg: RunConfig, test: list[Problem]) -> str:
