@@ -417,7 +417,7 @@ def run_audit(
     audit["seconds"] = time.perf_counter() - start
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "audit.json").write_text(json.dumps(audit, indent=1))
-    text = audit_markdown(audit, header="# Audit of the base model\n")
+    text = audit_markdown(audit, header="## Audit of the base model (`dynashape audit --write-rules`)\n")
     (run_dir / "audit.md").write_text(text)
     if write_rules:
         cap = eval_cap(audit["budgets"]["loose"], cfg.eval.max_new_tokens)
