@@ -187,9 +187,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         result = evaluate(model, tokenizer, test, cfg.eval, verifier, device=cfg.device)
     result["checkpoint"] = str(latest) if latest else "base"
     from dynashape.train.presets import regime_budget
+    from dynashape.train.run import _truncated_at
 
     budget = regime_budget(args.regime)
-    result["regime"] = {"name": args.regime, "budget": budget}
+    result["regime"] = {"name": args.regime, "budget": budget, "truncated_at_budget": _truncated_at(result, budget)}
     print(json.dumps(result, indent=1))
     return 0
 
