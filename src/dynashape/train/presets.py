@@ -3,15 +3,17 @@
 Every preset shares the base model, seed, prompts per step, group size and step budget; only the reward,
 shaper and loss differ. Length parameters are scaled to the toy task from the papers' ratios:
 
-* training budget B = ``max_new_tokens`` = 64 tokens: below the base model's natural length on the hardest
-  problems (a verbose 6-operand trace averages ~90 characters, up to ~140; 40-45 % of the teacher's 5- and
-  6-operand traces exceed 64), as LEAD's 4K budget binds on hard problems;
+* training budget B = ``max_new_tokens``, set by the budget regime (``--regime``) from the audit of the base
+  model (``train/world_rules.json``, written by ``dynashape audit --write-rules``): ``tight`` = the base's
+  median length on the hardest problems (the budget binds there, as LEAD's 4K budget binds on hard problems),
+  ``loose`` = the base's 97th percentile (at most 3 % truncated; any compression is the method's own);
 * LEAD: b_max = B, l_min = B / 4 (the paper's 1000 / 4000);
 * grpo_length / gdpo: global threshold T = B / 2 (baselines.md: T = 2000 for a 4000 budget), too tight for
   a 5- or 6-operand concise trace (~40 / ~47 tokens) and loose for a 2-operand one (~17);
 * ShorterBetter: alpha = 2, beta per token scaled by 4000 / B ~ 60 from the paper's 0.001 -> 0.06;
 * DAPO / MEDS: overlong buffer B / 6 (DAPO: 4096 of 20480 is 1 / 5), dual clip 10 for MEDS;
-* MEDS fingerprints: the last half of the decoder layers (the paper: 14 of 28), i.e. 2 of 4;
+* MEDS fingerprints: all 4 decoder layers of the toy model (one value per layer; with 2 the L2-normalised
+  fingerprint is a single angle);
 * cosine: max_len = B (the cosine spans the whole budget, as the paper's max_len is its generation limit);
   its reward values are dimensionless and keep open-r1's defaults;
 * kimi_length: weight 1, unscaled: lambda uses only (l - min) / (max - min) within a group, free of units;
@@ -33,69 +35,96 @@ from typing import Any
 
 from dynashape.train.config import TrainConfig
 
-__all__ = ["PRESETS", "TUNING_GRIDS", "available_presets", "make_train_config", "tuning_overrides"]
+__all__ = [
+    "PRESETS",
+    "REGIMES",
+    "TUNING_GRIDS",
+    "available_presets",
+    "make_train_config",
+    "preset_values",
+    "regime_budget",
+    "tuning_grids",
+    "tuning_overrides",
+]
 
-BUDGET = 64
-L_MIN = BUDGET // 4
-THRESHOLD = BUDGET // 2
-OVERLONG_BUFFER = BUDGET // 6
+REGIMES: tuple[str, ...] = ("tight", "loose")
+FALLBACK_BUDGET = 128  # only when world_rules.json is missing (a fresh world version before its audit)
 
-_DAPO: dict[str, Any] = {
-    "eps_low": 0.2,
-    "eps_high": 0.28,
-    "loss_agg": "token-mean",
-    "dynamic_sampling": True,
-    "reward_columns": ("correct_overlong",),
-    "overlong_buffer": OVERLONG_BUFFER,
-}
 
-PRESETS: MappingProxyType[str, dict[str, Any]] = MappingProxyType(
-    {
+def regime_budget(regime: str = "tight") -> int:
+    """The training budget B of ``regime`` from the saved audit rules (``train/world_rules.json``)."""
+    from dynashape.train.audit import load_rules
+
+    if regime not in REGIMES:
+        raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
+    try:
+        return int(load_rules()["regimes"][regime]["budget"])
+    except ValueError:
+        return FALLBACK_BUDGET
+
+
+def preset_values(method: str, budget: int) -> dict[str, Any]:
+    """The ``TrainConfig`` fields of preset ``method`` at training budget ``budget`` (tokens)."""
+    if budget < 8:
+        raise ValueError(f"budget must be >= 8, got {budget}")
+    l_min, threshold, overlong = budget // 4, budget // 2, max(1, budget // 6)
+    dapo: dict[str, Any] = {
+        "eps_low": 0.2,
+        "eps_high": 0.28,
+        "loss_agg": "token-mean",
+        "dynamic_sampling": True,
+        "reward_columns": ("correct_overlong",),
+        "overlong_buffer": overlong,
+    }
+    table: dict[str, dict[str, Any]] = {
         "grpo": {"shaper": "grpo"},
         "grpo_length": {
             "shaper": "grpo_length",
-            "shaper_kwargs": {"mode": "conditioned", "threshold": THRESHOLD, "weights": (0.5, 0.5)},
+            "shaper_kwargs": {"mode": "conditioned", "threshold": threshold, "weights": (0.5, 0.5)},
         },
         "gdpo": {
             "shaper": "gdpo",
             "reward_columns": ("correct", "correct_short"),
-            "length_threshold": THRESHOLD,
+            "length_threshold": threshold,
             "shaper_kwargs": {"weights": (1.0, 1.0), "whiten": "token"},
         },
-        "lead": {"shaper": "lead", "shaper_kwargs": {"b_max": BUDGET, "l_min": L_MIN}},
+        "lead": {"shaper": "lead", "shaper_kwargs": {"b_max": budget, "l_min": l_min}},
         "lead_static": {
             "shaper": "lead",
-            "shaper_kwargs": {"b_max": BUDGET, "l_min": L_MIN, "static_lambda_c": 0.5},
+            "shaper_kwargs": {"b_max": budget, "l_min": l_min, "static_lambda_c": 0.5},
         },
         "shorterbetter": {"shaper": "shorterbetter", "shaper_kwargs": {"alpha": 2.0, "beta": 0.06}},
         "drpo": {"shaper": "grpo", "loss": "drpo"},
-        "dapo": {"shaper": "grpo", **_DAPO},
+        "dapo": {"shaper": "grpo", **dapo},
         "meds": {
             "shaper": "meds",
-            **_DAPO,
+            **dapo,
             "reward_columns": ("overlong",),  # the meds shaper adds its columns to the correctness it reads
             "dual_clip": 10.0,
-            "fingerprint_layers": 2,
+            "fingerprint_layers": FINGERPRINT_LAYERS,
             "shaper_kwargs": {"alpha": 0.1, "beta": 0.2},
         },
         "lead_meds": {
             "shaper": "lead_meds",
-            "fingerprint_layers": 2,
-            "shaper_kwargs": {"b_max": BUDGET, "l_min": L_MIN, "meds": {"alpha": 0.1, "beta": 0.2}},
+            "fingerprint_layers": FINGERPRINT_LAYERS,
+            "shaper_kwargs": {"b_max": budget, "l_min": l_min, "meds": {"alpha": 0.1, "beta": 0.2}},
         },
         # the length rewards engines ship (issue 10); defaults are the sources', scaled as the docstring says
-        "cosine": {"shaper": "cosine", "shaper_kwargs": {"max_len": BUDGET}},
+        "cosine": {"shaper": "cosine", "shaper_kwargs": {"max_len": budget}},
         "kimi_length": {"shaper": "kimi_length", "shaper_kwargs": {"weight": 1.0}},
-        "pass_rate_linear": {"shaper": "pass_rate_linear", "shaper_kwargs": {"coef": 0.25, "budget": BUDGET}},
+        "pass_rate_linear": {"shaper": "pass_rate_linear", "shaper_kwargs": {"coef": 0.25, "budget": budget}},
         "length_zscore": {"shaper": "length_zscore", "shaper_kwargs": {"alpha": 0.05, "wrong_reward": -1.0}},
     }
-)
+    if method not in table:
+        raise ValueError(f"unknown method {method!r}; available: {', '.join(table)}")
+    return {"max_new_tokens": budget, **table[method]}
 
-# preset -> {key in --set form: grid}; see the module docstring for the rule
-TUNING_GRIDS: MappingProxyType[str, dict[str, tuple[float, ...]]] = MappingProxyType(
-    {
-        "grpo_length": {"shaper_kwargs.threshold": (BUDGET // 4, THRESHOLD, 3 * BUDGET // 4)},
-        "gdpo": {"length_threshold": (BUDGET // 4, THRESHOLD, 3 * BUDGET // 4)},
+
+def tuning_grids(budget: int) -> dict[str, dict[str, tuple[float, ...]]]:
+    """preset -> {key in --set form: grid} at training budget ``budget``; see the module docstring."""
+    return {
+        "grpo_length": {"shaper_kwargs.threshold": (budget // 4, budget // 2, 3 * budget // 4)},
+        "gdpo": {"length_threshold": (budget // 4, budget // 2, 3 * budget // 4)},
         "shorterbetter": {"shaper_kwargs.beta": (0.03, 0.06, 0.12)},
         "lead_static": {"shaper_kwargs.static_lambda_c": (0.8, 0.5, 0.2)},
         "cosine": {"shaper_kwargs.min_value_correct": (0.25, 0.5, 0.75)},
@@ -103,17 +132,32 @@ TUNING_GRIDS: MappingProxyType[str, dict[str, tuple[float, ...]]] = MappingProxy
         "pass_rate_linear": {"shaper_kwargs.coef": (0.125, 0.25, 0.5)},
         "length_zscore": {"shaper_kwargs.alpha": (0.025, 0.05, 0.1)},
     }
-)
+
+
+FINGERPRINT_LAYERS = 4
+BUDGET = regime_budget("tight")
+L_MIN = BUDGET // 4
+THRESHOLD = BUDGET // 2
+OVERLONG_BUFFER = BUDGET // 6
+_NAMES = (
+    "grpo", "grpo_length", "gdpo", "lead", "lead_static", "shorterbetter", "drpo", "dapo", "meds", "lead_meds",
+    "cosine", "kimi_length", "pass_rate_linear", "length_zscore",
+)  # fmt: skip
+# The presets at the tight regime's budget (the default); other regimes: preset_values(method, budget).
+PRESETS: MappingProxyType[str, dict[str, Any]] = MappingProxyType({m: preset_values(m, BUDGET) for m in _NAMES})
+TUNING_GRIDS: MappingProxyType[str, dict[str, tuple[float, ...]]] = MappingProxyType(tuning_grids(BUDGET))
 
 
 def available_presets() -> list[str]:
     return list(PRESETS)
 
 
-def make_train_config(method: str, **overrides: Any) -> TrainConfig:
-    """The ``TrainConfig`` of preset ``method`` with ``overrides`` applied on top (then validated).
+def make_train_config(method: str, *, regime: str = "tight", **overrides: Any) -> TrainConfig:
+    """The ``TrainConfig`` of preset ``method`` in budget regime ``regime`` with ``overrides`` on top.
 
-    ``shaper_kwargs`` overrides are merged into the preset's, so ``shaper_kwargs={"b_max": 80}`` keeps l_min.
+    The regime sets the training budget (``max_new_tokens``) and every length parameter derived from it
+    (``regime_budget``); ``shaper_kwargs`` overrides are merged into the preset's, so
+    ``shaper_kwargs={"b_max": 80}`` keeps l_min.
     """
     if method not in PRESETS:
         raise ValueError(f"unknown method {method!r}; available: {', '.join(PRESETS)}")
@@ -121,17 +165,19 @@ def make_train_config(method: str, **overrides: Any) -> TrainConfig:
     unknown = set(overrides) - fields
     if unknown:
         raise ValueError(f"unknown TrainConfig fields {sorted(unknown)}")
-    values: dict[str, Any] = {"method": method, **PRESETS[method]}
+    values: dict[str, Any] = {"method": method, "regime": regime, **preset_values(method, regime_budget(regime))}
     values["shaper_kwargs"] = {**values.get("shaper_kwargs", {}), **overrides.pop("shaper_kwargs", {})}
     values.update(overrides)
     return TrainConfig(**values)
 
 
-def tuning_overrides(method: str) -> list[dict[str, Any]]:
-    """The ``make_train_config`` overrides of each point of ``TUNING_GRIDS[method]`` (one key per grid)."""
-    if method not in TUNING_GRIDS:
-        raise ValueError(f"method {method!r} has no tuning grid; grids: {', '.join(TUNING_GRIDS)}")
-    ((key, values),) = TUNING_GRIDS[method].items()
+def tuning_overrides(method: str, *, regime: str = "tight") -> list[dict[str, Any]]:
+    """The ``make_train_config`` overrides of each point of ``method``'s tuning grid in ``regime`` (one key per
+    grid; ``TUNING_GRIDS`` is the tight regime's)."""
+    grids = tuning_grids(regime_budget(regime))
+    if method not in grids:
+        raise ValueError(f"method {method!r} has no tuning grid; grids: {', '.join(grids)}")
+    ((key, values),) = grids[method].items()
     if key.startswith("shaper_kwargs."):
         return [{"shaper_kwargs": {key.split(".", 1)[1]: v}} for v in values]
     return [{key: v} for v in values]

@@ -79,10 +79,12 @@ class LineProgress:
         self.postfix = {**(values or {}), **kwargs}
 
     def close(self) -> None:
-        """A last line, unless the last one written already says the same."""
+        """A last line, unless the last one written already says the same or nothing moved (a cached base model
+        leaves no warm-up line)."""
         if not self._closed:
             self._closed = True
-            if self._last_state != (self.n, self.postfix):
+            moved = self.n > 0 or self._last_state is not None
+            if moved and self._last_state != (self.n, self.postfix):
                 self._emit()
 
 

@@ -334,6 +334,9 @@ def _train(
         desc="eval final",
     )
     eval_seconds = time.perf_counter() - eval_start
+    budget = cfg.train.max_new_tokens
+    for ev in (base_eval, final_eval):  # how much of the held-out output the training budget would cut
+        ev["truncated_at_budget"] = _truncated_at(ev, budget)
     score = None  # AES is undefined for a base model with zero accuracy or zero length
     if base_eval["accuracy"] > 0 and base_eval["mean_length"] > 0:
         score = aes(final_eval["accuracy"], final_eval["mean_length"], base_eval["accuracy"], base_eval["mean_length"])
@@ -351,7 +354,16 @@ def _train(
         "train_seconds": sum(m.get("time/step", 0.0) for m in metrics),
         "base_model": base,
         "resumed_from": resumed_from,
+        "budget": budget,
+        "regime": cfg.train.regime,
     }
+    lam = [(m["step"], m["lead/lambda_c"], m["lead/lambda_l"]) for m in metrics if "lead/lambda_l" in m]
+    if lam:
+        result["lambda_trajectory"] = {
+            "step": [s for s, _, _ in lam],
+            "lambda_c": [c for _, c, _ in lam],
+            "lambda_l": [x for _, _, x in lam],
+        }
     (run_dir / "eval.json").write_text(json.dumps(result, indent=1))
     if report:
         try:
@@ -400,6 +412,84 @@ def _run_base_eval(
     tmp.write_text(json.dumps({**result, "eval_key": key, "seconds": time.perf_counter() - start}, indent=1))
     tmp.replace(path)
     return result
+
+
+def _truncated_at(ev: dict[str, Any], budget: int) -> float | None:
+    """Share of the evaluation's responses longer than ``budget`` (from its length histogram)."""
+    hist = ev.get("length_histogram")
+    if not hist:
+        return None
+    total = sum(hist.values())
+    return sum(c for length, c in hist.items() if int(length) > budget) / max(total, 1)
+
+
+def run_audit(
+    run_dir: Path,
+    *,
+    samples: int = 8,
+    warmup_steps: int | None = None,
+    device: str = "cpu",
+    cache_dir: str | None = None,
+    write_rules: bool = False,
+    docs: Path | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Audit the default world's base model on the validation split; write audit.json / audit.md to
+    ``run_dir`` and, with ``write_rules``, the budget rules (``train/world_rules.json``) and ``docs``."""
+    import dataclasses
+
+    from dynashape.report.evaluation import sample_responses
+    from dynashape.rewards import MathVerifier
+    from dynashape.train.audit import audit_markdown, audit_samples, eval_cap
+    from dynashape.train.audit import write_rules as save_rules
+    from dynashape.train.task import world_splits
+
+    cfg = RunConfig(device=device, cache_dir=cache_dir)
+    if warmup_steps is not None:
+        cfg = dataclasses.replace(cfg, warmup=dataclasses.replace(cfg.warmup, steps=warmup_steps))
+    model, tokenizer, _, _, base = load_base(cfg, progress=progress)
+    validation = world_splits(cfg.task).validation
+    start = time.perf_counter()
+    with MathVerifier(timeout=5.0, workers=1) as verifier:
+        s = sample_responses(
+            model,
+            tokenizer,
+            validation,
+            verifier,
+            n=samples,
+            max_new_tokens=cfg.eval.max_new_tokens,
+            temperature=cfg.eval.temperature,
+            seed=cfg.eval.seed,
+            batch_size=cfg.eval.batch_size,
+            fingerprint_layers=4,
+            device=device,
+        )
+    audit = audit_samples(s)
+    audit["eval_cap_sampled"] = cfg.eval.max_new_tokens
+    audit["base_model"] = base
+    audit["seconds"] = time.perf_counter() - start
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "audit.json").write_text(json.dumps(audit, indent=1))
+    text = audit_markdown(audit, header="## Audit of the base model (`dynashape audit --write-rules`)\n")
+    (run_dir / "audit.md").write_text(text)
+    if write_rules:
+        cap = eval_cap(audit["budgets"]["loose"], cfg.eval.max_new_tokens)
+        save_rules(audit, base_key=base.get("key"), cap=cap)
+        if docs is not None:
+            _write_world_doc(docs, text)
+    return audit
+
+
+def _write_world_doc(path: Path, audit_text: str) -> None:
+    """Replace the audit section of docs/world.md (between its markers) with ``audit_text``."""
+    begin, end = "<!-- audit:begin -->", "<!-- audit:end -->"
+    old = path.read_text() if path.exists() else f"# The toy world\n\n{begin}\n{end}\n"
+    if begin not in old:
+        old += f"\n{begin}\n{end}\n"
+    head, rest = old.split(begin, 1)
+    tail = rest.split(end, 1)[1] if end in rest else ""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{head}{begin}\n{audit_text}{end}{tail}")
 
 
 def _save(ckpt_dir: Path, trainer: Any, cfg_hash: str) -> None:
