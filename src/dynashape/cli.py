@@ -40,7 +40,7 @@ def _parse_value(text: str) -> Any:
 
 def _overrides(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     """``--set section.key=value`` pairs (YAML values) sorted by config section (``config.parse_overrides``):
-    ``eval.n_samples=2``, ``task.max_digits=2``, ``prompt.chat_template=false``; a bare key is train's
+    ``eval.n_samples=2``, ``task.max_ops=6``, ``prompt.chat_template=false``; a bare key is train's
     (``lr=5e-4``), ``shaper_kwargs.x=v`` goes into the shaper's kwargs."""
     from dynashape.train.config import parse_overrides
 

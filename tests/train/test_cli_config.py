@@ -26,7 +26,7 @@ def test_set_reaches_every_section():
         "eval.max_new_tokens=512",
         "eval.batch_size=16",
         "eval.temperature=1",  # an int where a float is wanted
-        "task.max_digits=2",
+        "task.max_ops=6",
         "warmup.lr=1e-3",
         "model.num_layers=3",
         "prompt.chat_template=false",
@@ -37,10 +37,13 @@ def test_set_reaches_every_section():
     )
     assert (cfg.eval.n_samples, cfg.eval.max_problems, cfg.eval.max_new_tokens, cfg.eval.batch_size) == (2, 50, 512, 16)
     assert cfg.eval.temperature == 1.0 and isinstance(cfg.eval.temperature, float)
-    assert cfg.task.max_digits == 2 and cfg.warmup.lr == 1e-3 and cfg.model.num_layers == 3
+    assert cfg.task.max_ops == 6 and cfg.warmup.lr == 1e-3 and cfg.model.num_layers == 3
     assert cfg.prompt.chat_template is False and cfg.prompt.suffix == " Box it."
     assert cfg.train.lr == 5e-4 and cfg.train.group_size == 4
-    assert cfg.train.shaper_kwargs == {"b_max": 80, "l_min": 16}  # merged into the preset's
+    from dynashape.train.presets import regime_budget
+
+    # merged into the preset's (l_min = the tight budget // 4)
+    assert cfg.train.shaper_kwargs == {"b_max": 80, "l_min": regime_budget("tight") // 4}
     # untouched sections keep their defaults; --warmup-steps still works beside warmup.*
     assert cfg.train.steps == RunConfig().train.steps
     both = _cfg("warmup.lr=1e-3", extra=("--warmup-steps", "7"))
@@ -52,13 +55,13 @@ def test_set_reaches_every_section():
     [
         ("eval.n_sample=2", r"eval has no key 'n_sample'; its keys: n_samples, max_new_tokens,.*max_problems"),
         ("evals.n_samples=2", r"unknown section 'evals'; sections: train, eval, task, warmup, model, prompt"),
-        ("learning_rate=1", r"train has no key 'learning_rate'; its keys: method, shaper,"),
+        ("learning_rate=1", r"train has no key 'learning_rate'; its keys: method, regime, shaper,"),
         ("eval.n_samples=two", r"--set eval.n_samples must be int, got 'two'"),
         ("eval.n_samples=2.5", r"--set eval.n_samples must be int, got 2.5"),
         ("eval.n_samples=true", r"--set eval.n_samples must be int, got True"),
         ("prompt.chat_template=1", r"--set prompt.chat_template must be bool, got 1"),
         ("eval.max_problems=0", r"--set eval\.\*: max_problems must be >= 1 or None, got 0"),
-        ("task.max_digits=9", r"--set task\.\*: max_digits must be in \[1, 4\], got 9"),
+        ("task.max_ops=13", r"--set task\.\*: max_ops must be <= 12, got 13"),
         ("eval.max_problems", r"--set expects key=value"),
     ],
 )
@@ -135,7 +138,7 @@ def test_evaluate_honours_max_problems_and_reports_every_rollout(monkeypatch):
     model = build_policy(
         ModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2, intermediate_size=32), tok
     )
-    test = make_splits(ChainTaskConfig(n_train=5, n_test_per_difficulty=2))[1]  # 10 problems, by difficulty
+    test = make_splits(ChainTaskConfig(n_train=5, n_test_per_difficulty=2))[1]  # 16 problems, by difficulty
     counted = []
 
     class Bar:
@@ -159,7 +162,7 @@ def test_evaluate_honours_max_problems_and_reports_every_rollout(monkeypatch):
     cfg = EvalConfig(n_samples=3, max_new_tokens=6, max_problems=4, batch_size=5)
     res = evaluation.evaluate(model, tok, test, cfg, Wrong(), progress=True)
     assert res["n_problems"] == 4 and sum(counted) == 12
-    assert sorted(res["per_difficulty"]) == ["2", "3", "4", "5"]  # problems 0, 2, 5, 7: one per 2 of 5 levels
+    assert sorted(res["per_difficulty"]) == ["1", "3", "5", "7"]  # of 16 (2 per level 1..8): problems 0, 4, 8, 12
 
 
 def test_toy_prompts_are_unchanged_by_the_prompt_format():
