@@ -59,7 +59,10 @@ def regime_budget(regime: str = "tight") -> int:
         raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
     try:
         return int(load_rules()["regimes"][regime]["budget"])
-    except ValueError:
+    except ValueError as err:  # said aloud: a run on the fallback budget is not the audited world's regime
+        import logging
+
+        logging.getLogger(__name__).warning("no audited budget rules (%s); using %d tokens", err, FALLBACK_BUDGET)
         return FALLBACK_BUDGET
 
 
