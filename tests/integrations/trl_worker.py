@@ -148,6 +148,11 @@ def main() -> None:
     parser.add_argument("--shaper", default="lead")
     args = parser.parse_args()
     run(args.out, steps=args.steps, resume=args.resume, save_on_each_node=args.save_on_each_node, shaper=args.shaper)
+    # Leave the process group before the interpreter exits: a gloo group torn down by interpreter shutdown can
+    # abort the process ("terminate called without an active exception", exit -6) after the work is done.
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
