@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from dynashape.train.config import EvalConfig
-from dynashape.train.rollout import encode_prompts, sample
+from dynashape.train.prompts import encode_questions
+from dynashape.train.rollout import sample
 from dynashape.train.task import Problem
 
 __all__ = ["Samples", "evaluate", "hard_subset", "sample_responses", "select_problems", "world_stats"]
@@ -78,7 +79,7 @@ def sample_responses(
     for start in range(0, len(flat), batch_size):
         chunk = flat[start : start + batch_size]
         questions = [p.prompt for p in chunk]
-        ids, mask = encode_prompts(tokenizer, questions) if prompt_format is None else prompt_format.encode(questions)
+        ids, mask = encode_questions(tokenizer, questions, prompt_format)
         ro = sample(
             model,
             ids.to(device),

@@ -19,11 +19,11 @@ from typing import Any
 import torch
 
 from dynashape.train.config import TrainConfig
+from dynashape.train.prompts import encode_questions
 from dynashape.train.rollout import (
     Rollouts,
     TokenStats,
     concat_rollouts,
-    encode_prompts,
     sample,
     sequence_logprobs,
 )
@@ -178,10 +178,7 @@ class Trainer:
     def _generate(self, problems: list[Problem]) -> Rollouts:
         g = self.cfg.group_size
         questions = [p.prompt for p in problems]
-        if self.prompt_format is None:
-            ids, mask = encode_prompts(self.tokenizer, questions)
-        else:
-            ids, mask = self.prompt_format.encode(questions)
+        ids, mask = encode_questions(self.tokenizer, questions, self.prompt_format)
         ids = ids.repeat_interleave(g, dim=0).to(self.device)
         mask = mask.repeat_interleave(g, dim=0).to(self.device)
         self.model.eval()

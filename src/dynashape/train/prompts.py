@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["BOXED_INSTRUCTION", "PromptConfig", "PromptFormat"]
+__all__ = ["BOXED_INSTRUCTION", "PromptConfig", "PromptFormat", "encode_questions"]
 
 BOXED_INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 """The default suffix of dataset problems: DeepSeek-R1's recommended math instruction (also the prompt of the
@@ -85,3 +85,15 @@ class PromptFormat:
         from dynashape.train.rollout import encode_prompts
 
         return encode_prompts(self.tokenizer, [self.render(q) for q in questions], add_bos=not self.templated)
+
+
+def encode_questions(
+    tokenizer: Any, questions: Sequence[str], prompt_format: PromptFormat | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt ids and mask [N, P] of ``questions``: rendered by ``prompt_format``, or as they are after the
+    tokenizer's BOS when it is None (the trainer and the evaluation share this one choice)."""
+    if prompt_format is not None:
+        return prompt_format.encode(questions)
+    from dynashape.train.rollout import encode_prompts
+
+    return encode_prompts(tokenizer, list(questions))
