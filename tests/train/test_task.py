@@ -60,11 +60,11 @@ def test_slips_checks_and_repairs_hand_checked():
     # a forgotten carry: 47+8 -> 45; the answer is 10 short
     t = trace(P, slip_prob=1.0)
     assert (t.text, t.mode) == ("47+8=45\n45-3=42\n\\boxed{42}", "carry")
-    # a careful trace checks the carry step; the check exposes the slip and the fix restores 55
+    # a careful trace works the carry step again in place; the check differs from the slip and the fix restores 55
     t = trace(P, slip_prob=1.0, careful=True)
-    assert (t.text, t.mode) == ("47+8=45\ncheck 45-8=37\nfix 47+8=55\n55-3=52\n\\boxed{52}", "")
-    t = trace(P, careful=True)  # no slip: the check gives back 47 and no fix follows
-    assert t.text == "47+8=55\ncheck 55-8=47\n55-3=52\n\\boxed{52}"
+    assert (t.text, t.mode) == ("47+8=45\ncheck 47+8=55\nfix 47+8=55\n55-3=52\n\\boxed{52}", "")
+    t = trace(P, careful=True)  # no slip: the check agrees with the line above and no fix follows
+    assert t.text == "47+8=55\ncheck 47+8=55\n55-3=52\n\\boxed{52}"
     # a forgotten borrow: 52-7 -> 55, 10 over
     b = make_problem((52, 7), ("-",))
     assert (trace(b, slip_prob=1.0).text, trace(b, slip_prob=1.0).mode) == ("52-7=55\n\\boxed{55}", "borrow")
@@ -157,7 +157,7 @@ def test_labeller_hand_checked():
     assert error_mode(P, "\\boxed{50}") == "shortcut"
     assert error_mode(P, "47+8-3=50\n\\boxed{50}") == "shortcut"  # a merged line with a wrong result
     assert error_mode(P, "47+8=45\n45-3=42\n\\boxed{42}") == "carry"
-    assert error_mode(P, "47+8=45\ncheck 45-8=37\nfix 47+8=55\n55-3=51\n\\boxed{51}") == "other"  # fixed, then off
+    assert error_mode(P, "47+8=45\ncheck 47+8=55\nfix 47+8=55\n55-3=51\n\\boxed{51}") == "other"  # fixed, then off
     assert error_mode(P, "47+8=56\n56-3=53\n\\boxed{53}") == "other"  # off by one: no known misconception
     assert error_mode(P, "47+8=55\n55-3=52\n\\boxed{53}") == "other"  # every line right, the answer copied wrong
     assert error_mode(TRAP, "60+5=65\n65-4=61\n61+2=63\n\\boxed{63}") == "parenthesis"
@@ -171,7 +171,7 @@ def test_shortcut_detection_hand_checked():
     assert is_shortcut("\\boxed{52}")
     assert is_shortcut("47+8-3=52\n\\boxed{52}")
     assert not is_shortcut("47+8=55\n55-3=52\n\\boxed{52}")
-    assert not is_shortcut("problem 47+8-3\n47+8=55\ncheck 55-8=47\n55-3=52\n\\boxed{52}")
+    assert not is_shortcut("problem 47+8-3\n47+8=55\ncheck 47+8=55\n55-3=52\n\\boxed{52}")
     assert not is_shortcut("47+8=55\n55-3=52")  # no answer at all: truncated, not a shortcut
 
 
@@ -249,3 +249,33 @@ def test_tokenizer_save_load(tmp_path):
     text = "please work out 60+5-(4+2) step by step\n60+5=65\n\\boxed{59}"
     assert again(text, add_special_tokens=False)["input_ids"] == tok(text, add_special_tokens=False)["input_ids"]
     assert again.eos_token_id == tok.eos_token_id
+
+
+def test_bare_answers_fall_linearly_with_difficulty():
+    cfg = ChainTaskConfig(direct_prob_easy=0.3, direct_prob_hard=0.04)  # min_ops 1, max_ops 8
+    assert cfg.direct_prob(1) == 0.3 and cfg.direct_prob(8) == pytest.approx(0.04)
+    assert cfg.direct_prob(4) == pytest.approx(0.3 + (3 / 7) * (0.04 - 0.3))  # linear: 0.18857...
+    assert cfg.direct_prob(0) == 0.3 and cfg.direct_prob(99) == pytest.approx(0.04)  # clamped to the range
+    # the teacher's draws follow it: bare answers on 1-op problems about 0.3, on 8-op problems about 0.04
+    easy, hard = make_problem((47, 8), ("+",)), world_splits(ChainTaskConfig()).test[-1]
+    rng = random.Random(0)
+    share = {p.difficulty: sum(teacher_trace(p, rng, cfg).choices["shortcut"] == "direct" for _ in range(4000)) / 4000
+             for p in (easy, hard)}  # fmt: skip
+    assert abs(share[1] - 0.3) < 0.025 and abs(share[8] - 0.04) < 0.01, share
+
+
+@pytest.mark.parametrize("field", ["direct_prob_easy", "direct_prob_hard"])
+def test_bare_answer_share_and_merged_share_cannot_exceed_one(field):
+    with pytest.raises(ValueError, match=field):
+        ChainTaskConfig(**{field: 0.95}, merged_prob=0.1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(p=problems, seed=st.integers(0, 10**6))
+def test_a_check_works_its_step_again_on_the_line_below(p, seed):
+    """Every check line repeats the operands of the step line above it with the right result."""
+    lines = teacher_trace(p, random.Random(seed), CFG, careful=True, shortcut="none", filler=False).text.split("\n")
+    for above, line in zip(lines, lines[1:]):
+        if line.startswith("check "):
+            assert above.split("=")[0] == line.removeprefix("check ").split("=")[0]
+            assert _arithmetic_true(line), line

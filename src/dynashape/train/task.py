@@ -13,11 +13,17 @@ The teacher that writes the warm-up traces has these independent habits, each a 
   trait. Filler never changes a step or the answer.
 * W3 verification that buys accuracy: at a step with a carry or a borrow the teacher sometimes slips (a
   forgotten carry writes 47+8=45, a forgotten borrow 55-8=57). A careful trace follows every carry or borrow
-  step with a check by the inverse operation (``check 55-8=47``); when the step had slipped the check does not
-  give back the previous value (``check 45-8=37``) and a repair line restores the right one
-  (``fix 47+8=55``). Without a check a slip propagates into a wrong answer.
+  step with a check that works the step again in place (``check 47+8=55``); when the check's result differs
+  from the line above, a repair line restores the right one (``fix 47+8=55``). Without a check a slip
+  propagates into a wrong answer. (chain-v2 checked by the inverse operation, ``check 45-8=37``; its audit
+  found that the small model repaired 9 of 181 checked slips: the inverse needs a second risky computation and
+  a comparison with a value two lines up. A check in place compares two results on adjacent lines.)
 * W4 shortcuts: the bare answer (``\\boxed{46}``) or two operations merged per line, written correctly by the
-  teacher; a small model's accuracy on them falls with difficulty through its capacity only.
+  teacher, more often on easy problems than on hard ones (as people skip steps on easy problems): the share of
+  bare answers falls linearly from ``direct_prob_easy`` at the fewest operations to ``direct_prob_hard`` at
+  the most. A small model's accuracy on them falls with difficulty through its capacity only. (chain-v2 drew
+  8 % bare answers at every difficulty; its audit found them wrong even at one operation, where the model had
+  seen one bare answer in a hundred traces.)
 * W5 recurring error modes per prompt: a forgotten carry (the answer 10 too small), a forgotten borrow (10
   too large) and on trap prompts the misconception that drops the parentheses (47+8-6+3), each deterministic
   given the problem and the step. ``error_mode`` names the mode of any wrong response by replaying its lines
@@ -56,7 +62,7 @@ __all__ = [
     "world_splits",
 ]
 
-WORLD_VERSION = "chain-v2"
+WORLD_VERSION = "chain-v3"
 """Bump when the meaning of a problem, a trace or a label changes (it keys the saved budget rules)."""
 VERBOSITY: tuple[str, ...] = ("terse", "plain", "chatty")
 SHORTCUTS: tuple[str, ...] = ("none", "direct", "merged")
@@ -88,8 +94,10 @@ class ChainTaskConfig:
     """Share of careful teacher traces: they check every carry / borrow step and repair a slip."""
     paren_prob: float = 0.3
     """On a trap prompt: probability that the teacher drops the parentheses (the misconception)."""
-    direct_prob: float = 0.08
-    """Share of teacher traces that give the bare answer."""
+    direct_prob_easy: float = 0.3
+    """Share of teacher traces that give the bare answer on the easiest problems (``min_ops``)."""
+    direct_prob_hard: float = 0.04
+    """Share of teacher traces that give the bare answer on the hardest problems (``max_ops``); linear between."""
     merged_prob: float = 0.08
     """Share of teacher traces that merge two chain operations per line."""
     # The filler per verbosity trait (W2): probability of restating the problem first, and of repeating the
@@ -117,14 +125,23 @@ class ChainTaskConfig:
         for name in ("n_validation_per_difficulty", "n_test_per_difficulty"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        probs = ("trap_prob", "slip_prob", "check_prob", "paren_prob", "direct_prob", "merged_prob")
+        probs = ("trap_prob", "slip_prob", "check_prob", "paren_prob", "direct_prob_easy", "direct_prob_hard",
+                 "merged_prob")
         fillers = tuple(f"{kind}_{trait}" for kind in ("restate", "repeat") for trait in VERBOSITY)
         for name in probs + fillers:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
-        if self.direct_prob + self.merged_prob > 1.0:
-            raise ValueError(f"direct_prob + merged_prob must be <= 1, got {self.direct_prob} + {self.merged_prob}")
+        for name in ("direct_prob_easy", "direct_prob_hard"):
+            if getattr(self, name) + self.merged_prob > 1.0:
+                raise ValueError(f"{name} + merged_prob must be <= 1, got {getattr(self, name)} + {self.merged_prob}")
+
+    def direct_prob(self, difficulty: int) -> float:
+        """Share of bare answers among the teacher's traces at ``difficulty`` operations (linear in it)."""
+        if self.max_ops == self.min_ops:
+            return self.direct_prob_easy
+        t = (min(max(difficulty, self.min_ops), self.max_ops) - self.min_ops) / (self.max_ops - self.min_ops)
+        return self.direct_prob_easy + t * (self.direct_prob_hard - self.direct_prob_easy)
 
     @property
     def difficulties(self) -> tuple[int, ...]:
@@ -367,8 +384,8 @@ def teacher_trace(
     if not problem.operands:
         raise ValueError("teacher_trace needs a toy problem with operands")
     if shortcut is None:
-        u = rng.random()
-        shortcut = "direct" if u < cfg.direct_prob else "merged" if u < cfg.direct_prob + cfg.merged_prob else "none"
+        u, direct = rng.random(), cfg.direct_prob(problem.difficulty)
+        shortcut = "direct" if u < direct else "merged" if u < direct + cfg.merged_prob else "none"
     if shortcut not in SHORTCUTS:
         raise ValueError(f"shortcut must be one of {SHORTCUTS}, got {shortcut!r}")
     if careful is None:
@@ -413,10 +430,8 @@ def teacher_trace(
             written = _slipped(a, line.op, b)
         lines.append(f"{a}{line.op}{b}={written}")
         if risky and careful and shortcut == "none":
-            inverse = "-" if line.op == "+" else "+"
-            back = _apply(written, inverse, b)
-            lines.append(f"check {written}{inverse}{b}={back}")
-            if back != a:
+            lines.append(f"check {a}{line.op}{b}={right}")  # the step worked again, in place
+            if written != right:
                 lines.append(f"fix {a}{line.op}{b}={right}")
                 written = right
         if written != right and not first_mode:
