@@ -213,7 +213,7 @@ def run_jobs(
         if durations and left > 0:  # mean wall time of this invocation's runs, `workers` of them at a time
             eta = _clock(sum(durations) / len(durations) * left / min(workers, max(left, 1)))
         elif left <= 0:
-            eta = "0:00:00"
+            eta = _clock(0.0)
         what = outcome.error if outcome.status == "failed" else _headline(outcome.eval)
         log(
             f"[{len(outcomes)}/{total}] {outcome.status} {outcome.job.label} in {_clock(outcome.seconds)}: {what}; "
