@@ -222,3 +222,35 @@ def test_spec_config_pairs_the_evaluation_seed_and_puts_the_grid_point_on_top(ba
     assert cfg.eval.seed == template.eval.seed + 3000 and cfg.eval.split == "validation"
     assert cfg.task == template.task and cfg.model == template.model
     assert spec.folder().as_posix() == "tuning/tight/gdpo/length_threshold=40-seed3"
+
+
+def test_the_command_line_runs_resumes_and_writes_results(base_cache, tmp_path, capsys):
+    from dynashape.cli import main
+
+    tiny = {
+        "model.hidden_size": 32, "model.num_layers": 2, "model.num_heads": 2, "model.num_kv_heads": 2,
+        "model.intermediate_size": 64, "warmup.steps": 40, "warmup.batch_size": 16, "warmup.lr": 0.01,
+        "task.n_train": 100, "task.n_validation_per_difficulty": 1, "task.n_test_per_difficulty": 1,
+        "task.max_ops": 3, "eval.n_samples": 2, "eval.max_new_tokens": 24, "eval.passk_samples": 4,
+        "eval.passk_hard": 1, "eval.passk_trap": 1, **TINY_TRAIN,
+    }  # fmt: skip
+    argv = ["compare", "--methods", "grpo", "--seeds", "1", "--jobs", "1", "--out", str(tmp_path / "c")]
+    argv += ["--cache-dir", str(base_cache)] + [a for k, v in tiny.items() for a in ("--set", f"{k}={v}")]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert "[1/1] trained grpo tight seed 0" in first and "results:" in first
+    assert main(argv) == 0  # again: nothing to train
+    assert "[1/1] reused grpo tight seed 0" in capsys.readouterr().out
+    data = json.loads((tmp_path / "c" / "results.json").read_text())
+    assert [(r["method"], r["seed"]) for r in data["runs"]] == [("grpo", 0)]
+    assert data["command"].startswith("dynashape compare --methods grpo --seeds 1")
+    assert (tmp_path / "c" / "results.md").read_text().startswith("# Results")
+
+
+@pytest.mark.parametrize(("text", "seeds"), [("0,1,2", [0, 1, 2]), ("5", [0, 1, 2, 3, 4]), ("7,", [7]), (None, [9])])
+def test_seeds_are_a_list_or_a_count(text, seeds):
+    from dynashape.cli import _seeds
+
+    assert _seeds(text, (9,)) == seeds
+    with pytest.raises(ValueError, match="--seeds"):
+        _seeds("a,b", (0,))
