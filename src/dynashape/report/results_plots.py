@@ -24,10 +24,10 @@ def plot_results(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
     def save(fig: Any, name: str) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
         fig.tight_layout()
         fig.savefig(folder / name, dpi=90)
         plt.close(fig)
