@@ -221,11 +221,12 @@ def _seeds(text: str | None, default: Sequence[int]) -> list[int]:
         return list(default)
     parts = [p.strip() for p in text.split(",")]
     try:
-        if len(parts) == 1:
-            return list(range(int(parts[0])))
-        return [int(p) for p in parts if p]
+        seeds = list(range(int(parts[0]))) if len(parts) == 1 else [int(p) for p in parts if p]
     except ValueError:
         raise ValueError(f"--seeds expects a list like 0,1,2 or a count, got {text!r}") from None
+    if not seeds:
+        raise ValueError(f"--seeds {text}: no seed (a bare number is a count; seed 0 alone is written 0,)")
+    return seeds
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

@@ -141,16 +141,39 @@ def test_a_killed_comparison_resumes_without_retraining_finished_runs(compared, 
 
 
 def test_tuning_reads_the_validation_split_only_and_feeds_the_test_rows(base_cache, tmp_path):
+    import fcntl
+
     template = _template(base_cache)
-    result = run_comparison(
-        tmp_path,
-        rows={"tight": ("shorterbetter",)},
-        seeds=[0],
-        template=template,
-        train_overrides=TINY_TRAIN,
-        tuning_seeds=1,
-        workers=1,  # the in-process path
-    )
+
+    def compare():
+        return run_comparison(
+            tmp_path,
+            rows={"tight": ("shorterbetter",)},
+            seeds=[0],
+            template=template,
+            train_overrides=TINY_TRAIN,
+            tuning_seeds=1,
+            workers=1,  # the in-process path
+        )
+
+    # a tuning run held by another process (an orphan of a killed compare): reported, and no value is chosen
+    busy = tmp_path / "tuning" / "tight" / "shorterbetter" / f"beta=0.03-seed{TUNING_SEED_OFFSET}"
+    busy.mkdir(parents=True)
+    with (busy / "runner.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        first = compare()
+    assert any("being trained by another process" in f for f in first["failed"])
+    assert any(f.startswith("shorterbetter tight seeds [0]: not run") for f in first["failed"])
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "tuning.json").exists()
+    # the rerun trains only the missing grid value, then the test row at the chosen value
+    result = compare()
+    status = sorted((r["split"], r["point"], r["status"]) for r in result["runs"])
+    assert status == [
+        ("test", "beta=0.06", "trained"),
+        ("validation", "beta=0.03", "trained"),
+        ("validation", "beta=0.06", "reused"),
+        ("validation", "beta=0.12", "reused"),
+    ]
     assert not result["failed"]
     tuned = json.loads((tmp_path / "tuning.json").read_text())["tight"]["shorterbetter"]
     assert tuned["grid"] == [0.03, 0.06, 0.12] and len(tuned["values"]) == 3
@@ -254,3 +277,5 @@ def test_seeds_are_a_list_or_a_count(text, seeds):
     assert _seeds(text, (9,)) == seeds
     with pytest.raises(ValueError, match="--seeds"):
         _seeds("a,b", (0,))
+    with pytest.raises(ValueError, match="a count"):
+        _seeds("0", (0,))

@@ -320,7 +320,8 @@ def run_comparison(
     failed: list[str] = []
 
     def settle(regime: str, method: str) -> dict[str, Any] | None:
-        """The tuning result of (regime, method) once all its runs are done; None while some are not."""
+        """The tuning result of (regime, method) once all its runs have finished; None while some have not, or
+        when one failed (a failed run must not lose its grid value the choice: a rerun finishes the tuning)."""
         group = tuning[(regime, method)]
         done = {
             (r["point"], r["seed"]): r
@@ -329,17 +330,19 @@ def run_comparison(
         }
         if any((s.point, s.seed) not in done for s in group):
             return None
+        if any(r["status"] == "failed" for r in done.values()):
+            return None
         key, points = _grid(method, regime)
         values = [_point_value(p) for p in points]
         rows_ = []
         for p, v in zip(points, values):
             runs = [done[(s.point, s.seed)] for s in group if s.overrides == p]
-            evs = [r["eval"] for r in runs if r["eval"] is not None]
+            evs = [r["eval"] for r in runs]
             rows_.append(
                 {
                     "value": v,
                     "overrides": p,
-                    "aes": [e.get("aes") for e in evs] + [None] * (len(runs) - len(evs)),
+                    "aes": [e.get("aes") for e in evs],
                     "accuracy": [e["final"]["accuracy"] for e in evs],
                     "mean_length": [e["final"]["mean_length"] for e in evs],
                     "seeds": [r["seed"] for r in runs],
