@@ -97,6 +97,13 @@ def test_results_json_has_the_issues_shape_and_the_numbers(folder, tmp_path):
     assert d["estimate"] == pytest.approx((0.3 + 0.34 + 0.38) / 3) and d["n"] == 3
     assert any(x["versus"] == "gdpo" and x["role"] == "best tuned baseline" for x in data["differences"])
     assert data["wall_seconds"] == 3723.0 and data["command"] == "dynashape compare --plan full"
+    # per difficulty: lead's accuracy on difficulty 2 is 0.75 on every seed; grpo's 0.5, 0.5, 0.75
+    d2 = next(x for x in data["per_difficulty"] if x["method"] == "lead" and x["difficulty"] == 2)
+    assert d2["accuracy"]["mean"] == pytest.approx(0.75) and d2["accuracy"]["sd"] == 0.0
+    assert d2["accuracy"]["bootstrap_interval"] == pytest.approx([0.75, 0.75])  # every problem 3 of 4
+    assert d2["accuracy"]["vs_grpo"]["estimate"] == pytest.approx((0.25 + 0.25 + 0.0) / 3)
+    lo, hi = d2["accuracy"]["vs_grpo"]["bootstrap_interval"]
+    assert 0.0 <= lo <= hi <= 0.25  # the paired per-problem differences are 0.25 or 0
 
 
 def test_markdown_keeps_the_claims_verbatim_and_says_partial(folder, tmp_path):

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dynashape.report.claims import CLAIMS, METRICS, MIN_SEEDS, evaluate_claims, metric_per_problem, metric_value
 from dynashape.report.stats import hierarchical_bootstrap, mean_sd, paired_values, t_interval
 from dynashape.report.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
@@ -113,26 +115,57 @@ def _differences(runs: RunMap, controls: Mapping[str, Mapping[str, str]], n_boot
     return out
 
 
-def _per_difficulty(runs: RunMap) -> list[dict[str, Any]]:
+def _at_difficulty(ev: Mapping[str, Any], d: str) -> dict[str, np.ndarray] | None:
+    """Per-problem accuracy and mean length of the problems of difficulty ``d`` (None without per_problem)."""
+    final = ev["final"]
+    pp = final.get("per_problem")
+    if pp is None:
+        return None
+    keep = np.array([str(x) == d for x in pp["difficulty"]])
+    return {
+        "accuracy": np.array(pp["n_correct"], dtype=np.float64)[keep] / float(final["n_samples"]),
+        "mean_length": np.array(pp["mean_length"], dtype=np.float64)[keep],
+    }
+
+
+def _boot(rows: Sequence[np.ndarray | None], n_boot: int) -> list[float] | None:
+    if not rows or any(r is None or len(r) == 0 for r in rows) or len({len(r) for r in rows}) != 1:  # type: ignore[arg-type]
+        return None
+    b = hierarchical_bootstrap(np.stack(rows), n_boot=n_boot)  # type: ignore[arg-type]
+    return [b.low, b.high]
+
+
+def _per_difficulty(runs: RunMap, n_boot: int) -> list[dict[str, Any]]:
+    """Per regime, method and difficulty: accuracy and mean length (mean ± sd over seeds, bootstrap of seeds then
+    problems) and, against grpo, the paired difference (t-interval over seeds, bootstrap of per-problem
+    differences)."""
     out = []
     for (regime, method), by_seed in sorted(runs.items()):
-        evs = list(by_seed.values())
-        for d in sorted(evs[0]["final"]["per_difficulty"], key=int):
-            acc = [ev["final"]["per_difficulty"][d]["accuracy"] for ev in evs if d in ev["final"]["per_difficulty"]]
-            length = [
-                ev["final"]["per_difficulty"][d]["mean_length"] for ev in evs if d in ev["final"]["per_difficulty"]
-            ]
-            a, L = mean_sd(acc), mean_sd(length)
-            out.append(
-                {
-                    "regime": regime,
-                    "method": method,
-                    "difficulty": int(d),
-                    "n": a.n,
-                    "accuracy": {"mean": a.mean, "sd": None if a.sd != a.sd else a.sd},
-                    "mean_length": {"mean": L.mean, "sd": None if L.sd != L.sd else L.sd},
-                }
-            )
+        control = runs.get((regime, "grpo")) if method != "grpo" else None
+        for d in sorted(next(iter(by_seed.values()))["final"]["per_difficulty"], key=int):
+            entry: dict[str, Any] = {"regime": regime, "method": method, "difficulty": int(d)}
+            for metric in ("accuracy", "mean_length"):
+                values = {s: ev["final"]["per_difficulty"][d][metric] for s, ev in by_seed.items()
+                          if d in ev["final"]["per_difficulty"]}  # fmt: skip
+                m = mean_sd(list(values.values()))
+                cell: dict[str, Any] = {"mean": m.mean, "sd": None if m.sd != m.sd else m.sd, "n": m.n}
+                per = [_at_difficulty(by_seed[s], d) for s in values]
+                cell["bootstrap_interval"] = _boot([None if p is None else p[metric] for p in per], n_boot)
+                if control is not None:
+                    other = {s: ev["final"]["per_difficulty"].get(d, {}).get(metric) for s, ev in control.items()}
+                    diffs = paired_values(values, other)
+                    if diffs:
+                        ti = t_interval(list(diffs.values()))
+                        pairs = [(_at_difficulty(by_seed[s], d), _at_difficulty(control[s], d)) for s in diffs]
+                        rows = [None if a is None or b is None else a[metric] - b[metric] for a, b in pairs]
+                        cell["vs_grpo"] = {
+                            "estimate": ti.estimate,
+                            "interval": [None if ti.low != ti.low else ti.low, None if ti.high != ti.high else ti.high],
+                            "n": ti.n,
+                            "bootstrap_interval": _boot(rows, n_boot),
+                        }
+                entry[metric] = cell
+            out.append(entry)
     return out
 
 
@@ -189,7 +222,7 @@ def build_results(out: str | Path, *, n_boot: int = 2000) -> dict[str, Any]:
         "controls": controls,
         "summary": _summary(runs, n_boot),
         "differences": _differences(runs, controls, n_boot),
-        "per_difficulty": _per_difficulty(runs),
+        "per_difficulty": _per_difficulty(runs, n_boot),
         "claims": evaluate_claims(runs, best_global, n_boot=n_boot),
         "published": {"lead": PUBLISHED_LEAD, "meds": PUBLISHED_MEDS},
     }
@@ -228,6 +261,16 @@ def _clock(seconds: float | None) -> str:
         return "n/a"
     h, rest = divmod(int(seconds), 3600)
     return f"{h} h {rest // 60:02d} min" if h else f"{rest // 60} min {rest % 60:02d} s"
+
+
+def _difficulty_cell(entry: Mapping[str, Any]) -> str:
+    acc, length = entry["accuracy"], entry["mean_length"]
+    text = f"{acc['mean']:.2f} / {length['mean']:.0f}"
+    if "vs_grpo" in acc and "vs_grpo" in length:
+        a, b = acc["vs_grpo"], length["vs_grpo"]
+        text += f"<br>Δ {a['estimate']:+.2f} {_interval(*a['interval'], digits=2)} / {b['estimate']:+.0f} "
+        text += _interval(*b["interval"], digits=0)
+    return text
 
 
 def results_markdown(results: Mapping[str, Any], claims_text: str, plots: Sequence[str] = ()) -> str:
@@ -344,18 +387,17 @@ def results_markdown(results: Mapping[str, Any], claims_text: str, plots: Sequen
                 digits = 1 if "length" in metric else 3
                 cells.append(f"{d['estimate']:+.{digits}f} {_interval(*d['interval'], digits=digits)}")
             lines.append(f"| {method} | {versus} | " + " | ".join(cells) + " |")
-        lines += ["", f"### {regime}: per difficulty (accuracy / mean length, mean over seeds)", ""]
+        lines += [
+            "",
+            f"### {regime}: per difficulty (accuracy / mean length, mean over seeds; Δ vs grpo with its t-interval)",
+            "",
+        ]
         pd = [r for r in results["per_difficulty"] if r["regime"] == regime]
         ds = sorted({r["difficulty"] for r in pd})
         lines += ["| method | " + " | ".join(f"d={d}" for d in ds) + " |", "|---|" + "---|" * len(ds)]
         cell = {(r["method"], r["difficulty"]): r for r in pd}
         for method in sorted({r["method"] for r in pd}):
-            cells = [
-                f"{cell[(method, d)]['accuracy']['mean']:.2f} / {cell[(method, d)]['mean_length']['mean']:.0f}"
-                if (method, d) in cell
-                else "n/a"
-                for d in ds
-            ]
+            cells = [_difficulty_cell(cell[(method, d)]) if (method, d) in cell else "n/a" for d in ds]
             lines.append(f"| {method} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += [
