@@ -1,4 +1,5 @@
-"""results.md, results.json and the plots of a comparison folder (``dynashape results OUT``).
+"""The numbers of a comparison folder, and ``write_results``: results.md, results.json and plots (``dynashape
+results OUT``).
 
 Reads only what the comparison runner wrote (``runs.json``, ``tuning.json``, ``comparison.json``), never the run
 folders, so the report is a pure function of those files and works on partial results (fewer seeds so far). The
@@ -17,15 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from dynashape.report.claims import CLAIMS, METRICS, MIN_SEEDS, evaluate_claims, metric_per_problem, metric_value
+from dynashape.report.claims import evaluate_claims, metric_per_problem, metric_value
+from dynashape.report.results_page import TABLE_METRICS, kept_claims, results_markdown
 from dynashape.report.stats import hierarchical_bootstrap, mean_sd, paired_values, t_interval
 from dynashape.report.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
 
-__all__ = ["CLAIMS_BEGIN", "CLAIMS_END", "build_results", "claims_section", "results_markdown", "write_results"]
+__all__ = ["best_tuned", "build_results", "write_results"]
 
-CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
 GLOBAL_THRESHOLD = ("grpo_length", "gdpo")
-TABLE_METRICS = ("accuracy", "mean_length", "aes")
 RunMap = dict[tuple[str, str], dict[int, dict[str, Any]]]
 
 
@@ -50,14 +50,6 @@ def best_tuned(tuning: Mapping[str, Any], regime: str, among: Sequence[str] | No
         entries = {m: t for m, t in entries.items() if m in among}
     scored = [(t.get("chosen_mean_aes"), m) for m, t in entries.items() if t.get("chosen_mean_aes") is not None]
     return max(scored)[1] if scored else None
-
-
-def _fmt(x: float | None, digits: int = 3) -> str:
-    return "n/a" if x is None or x != x else f"{x:.{digits}f}"
-
-
-def _interval(lo: float | None, hi: float | None, digits: int = 3) -> str:
-    return "n/a" if lo is None or hi is None or lo != lo else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def _summary(runs: RunMap, n_boot: int) -> list[dict[str, Any]]:
@@ -87,7 +79,7 @@ def _differences(runs: RunMap, controls: Mapping[str, Mapping[str, str]], n_boot
     for (regime, method), a in sorted(runs.items()):
         for role, control in controls.get(regime, {}).items():
             b = runs.get((regime, control))
-            if b is None or control == method:
+            if b is None or method in (control, "grpo"):  # grpo is the control, not a treatment
                 continue
             for metric in (*TABLE_METRICS, "accuracy@hardest", "mean_length@easiest"):
                 diffs = paired_values(
@@ -228,197 +220,6 @@ def build_results(out: str | Path, *, n_boot: int = 2000) -> dict[str, Any]:
     }
 
 
-def claims_section() -> str:
-    """The pre-registered claims as markdown (the default of the kept section)."""
-    lines = [
-        "## Claims (pre-registered)",
-        "",
-        "Written before the runs. Each comparison is `treatment - control <relation> bound` on one metric, per "
-        "paired seed; its 95 % t-interval over seeds decides: **holds** when the whole interval satisfies the "
-        "relation, **fails** when the whole interval satisfies its negation, **inconclusive** otherwise and "
-        f"whenever fewer than {MIN_SEEDS} paired seeds exist. A claim holds when all its comparisons hold and fails "
-        "when any fails. `best_global` = grpo_length or gdpo, whichever has the higher validation AES at its tuned "
-        "threshold (never chosen on test numbers). A claim that fails is reported as failing, with the data; "
-        "neither the world nor the method defaults are tuned to change a verdict.",
-        "",
-    ]
-    for claim in CLAIMS:
-        lines.append(f"- **({claim.id})** {claim.text}.")
-        for p in claim.parts:
-            lines.append(f"  - {p.regime}: {METRICS[p.metric]}: `{p.treatment} - {p.control} {p.relation} {p.bound:g}`")
-    return "\n".join(lines) + "\n"
-
-
-def _kept_claims(path: Path) -> str:
-    text = path.read_text() if path.exists() else ""
-    if CLAIMS_BEGIN in text and CLAIMS_END in text.split(CLAIMS_BEGIN, 1)[1]:
-        return text.split(CLAIMS_BEGIN, 1)[1].split(CLAIMS_END, 1)[0].strip("\n") + "\n"
-    return claims_section()
-
-
-def _clock(seconds: float | None) -> str:
-    if seconds is None:
-        return "n/a"
-    h, rest = divmod(int(seconds), 3600)
-    return f"{h} h {rest // 60:02d} min" if h else f"{rest // 60} min {rest % 60:02d} s"
-
-
-def _difficulty_cell(entry: Mapping[str, Any]) -> str:
-    acc, length = entry["accuracy"], entry["mean_length"]
-    text = f"{acc['mean']:.2f} / {length['mean']:.0f}"
-    if "vs_grpo" in acc and "vs_grpo" in length:
-        a, b = acc["vs_grpo"], length["vs_grpo"]
-        text += f"<br>Δ {a['estimate']:+.2f} {_interval(*a['interval'], digits=2)} / {b['estimate']:+.0f} "
-        text += _interval(*b["interval"], digits=0)
-    return text
-
-
-def results_markdown(results: Mapping[str, Any], claims_text: str, plots: Sequence[str] = ()) -> str:
-    """The markdown page of ``results`` (``build_results``), with ``claims_text`` kept verbatim on top."""
-    seeds_of = {(r["regime"], r["method"]): r["n"] for r in results["summary"]}
-    n_min = min(seeds_of.values(), default=0)
-    lines = [
-        "# Results of the pre-registered comparison",
-        "",
-        "Generated by `dynashape compare` / `dynashape results` ([comparison.md](comparison.md) says how); the claims "
-        "section is kept verbatim, everything below it is rewritten from the runs.",
-        "",
-        CLAIMS_BEGIN,
-        claims_text.rstrip("\n"),
-        CLAIMS_END,
-        "",
-        "## Verdicts",
-        "",
-    ]
-    if not seeds_of:
-        lines += ["No runs yet: every claim stays inconclusive until the runs exist.", ""]
-    elif n_min < MIN_SEEDS:
-        lines += [f"Partial results: {n_min} seeds so far on the row with fewest (at least {MIN_SEEDS} needed).", ""]
-    lines += [
-        "| claim | verdict | estimate | 95 % t-interval | bootstrap | n | note |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for c in results["claims"]:
-        boot = c["parts"][0].get("bootstrap_interval")
-        verdict = c["verdict"] + (f" (n < {MIN_SEEDS})" if c["n"] < MIN_SEEDS else "")
-        lines.append(
-            f"| ({c['id']}) | **{verdict}** | {_fmt(c['estimate'])} | {_interval(*c['interval'])} | "
-            f"{_interval(*(boot or (None, None)))} | {c['n']} | {c.get('reason', '')} |"
-        )
-        for p in c["parts"][1:] if len(c["parts"]) > 1 else []:
-            lines.append(
-                f"|  part: {p['metric']} {p['treatment']} - {p['control']} {p['relation']} {p['bound']:g} | "
-                f"{p['verdict']} | {_fmt(p['estimate'])} | {_interval(*p['interval'])} | "
-                f"{_interval(*(p.get('bootstrap_interval') or (None, None)))} | {p['n']} | |"
-            )
-    machine = results.get("machine") or {}
-    lines += [
-        "",
-        "## How these numbers were made",
-        "",
-        f"- Command: `{results.get('command') or 'n/a'}`; regenerate this page from its runs with "
-        f"`dynashape results {results.get('folder') or 'OUT'} --report <this page>`.",
-        f"- Wall time (all invocations): {_clock(results.get('wall_seconds'))}; machine: "
-        + (", ".join(f"{k} {v}" for k, v in machine.items()) or "n/a"),
-        f"- Seeds per row: {', '.join(f'{m} ({r}) {n}' for (r, m), n in sorted(seeds_of.items())) or 'none yet'}.",
-        "- Intervals: paired t-interval over seeds (95 %); bootstrap = seeds, then problems within each seed "
-        "(2000 replicates, 95 % percentile).",
-        "",
-    ]
-    tuning = results.get("tuning", {})
-    if tuning:
-        lines += [
-            "## Tuning (validation split only)",
-            "",
-            "| regime | method | key | value: mean validation AES | chosen |",
-        ]
-        lines.append("|---|---|---|---|---|")
-        for regime, methods in sorted(tuning.items()):
-            for method, t in sorted(methods.items()):
-                if not isinstance(t, dict):
-                    continue
-                cells = []
-                for v in t["values"]:
-                    aes = [a for a in v["aes"] if a is not None]
-                    cells.append(f"{v['value']:g}: {_fmt(sum(aes) / len(aes) if aes else None)}")
-                lines.append(f"| {regime} | {method} | {t['key']} | {'; '.join(cells)} | **{t['chosen']:g}** |")
-            if isinstance(methods.get("best_global"), str):
-                lines.append(f"| {regime} | best_global | | | **{methods['best_global']}** |")
-        lines.append("")
-    by_regime: dict[str, list[dict[str, Any]]] = {}
-    for row in results["summary"]:
-        by_regime.setdefault(row["regime"], []).append(row)
-    for regime, rows in sorted(by_regime.items(), reverse=True):
-        lines += [
-            f"## {regime}: accuracy, length, AES (mean ± sd over seeds; bootstrap 95 %)",
-            "",
-            "| method | seeds | accuracy | mean length | AES | hardest acc. | easiest length | trap pass@64 |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        base = rows[0]["base"]
-        lines.append(f"| base | | {base['accuracy']:.3f} | {base['mean_length']:.1f} | 0 | | | |")
-        for row in rows:
-            cells = []
-            for metric in (*TABLE_METRICS, "accuracy@hardest", "mean_length@easiest", "trap_pass@64"):
-                e = row.get(metric)
-                if e is None:
-                    cells.append("n/a")
-                    continue
-                digits = 1 if "length" in metric else 3
-                text = f"{e['mean']:.{digits}f}" + ("" if e["sd"] is None else f" ± {e['sd']:.{digits}f}")
-                if "bootstrap_interval" in e:
-                    text += " " + _interval(*e["bootstrap_interval"], digits=digits)
-                cells.append(text)
-            lines.append(f"| {row['method']} | {row['n']} | " + " | ".join(cells) + " |")
-        lines += ["", f"### {regime}: paired differences (method - control; t-interval over seeds; bootstrap)", ""]
-        lines += ["| method | versus | Δ accuracy | Δ mean length | Δ AES | Δ hardest acc. | Δ easiest length |"]
-        lines.append("|---|---|---|---|---|---|---|")
-        diffs: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-        for d in results["differences"]:
-            if d["regime"] == regime:
-                diffs.setdefault((d["method"], d["versus"]), {})[d["metric"]] = d
-        for (method, versus), per in sorted(diffs.items()):
-            cells = []
-            for metric in (*TABLE_METRICS, "accuracy@hardest", "mean_length@easiest"):
-                d = per.get(metric)
-                if d is None:
-                    cells.append("n/a")
-                    continue
-                digits = 1 if "length" in metric else 3
-                cells.append(f"{d['estimate']:+.{digits}f} {_interval(*d['interval'], digits=digits)}")
-            lines.append(f"| {method} | {versus} | " + " | ".join(cells) + " |")
-        lines += [
-            "",
-            f"### {regime}: per difficulty (accuracy / mean length, mean over seeds; Δ vs grpo with its t-interval)",
-            "",
-        ]
-        pd = [r for r in results["per_difficulty"] if r["regime"] == regime]
-        ds = sorted({r["difficulty"] for r in pd})
-        lines += ["| method | " + " | ".join(f"d={d}" for d in ds) + " |", "|---|" + "---|" * len(ds)]
-        cell = {(r["method"], r["difficulty"]): r for r in pd}
-        for method in sorted({r["method"] for r in pd}):
-            cells = [_difficulty_cell(cell[(method, d)]) if (method, d) in cell else "n/a" for d in ds]
-            lines.append(f"| {method} | " + " | ".join(cells) + " |")
-        lines.append("")
-    lines += [
-        "## The papers' published numbers (theirs, for context; other models, budgets and benchmarks)",
-        "",
-        "- LEAD (R1-Distill-Qwen-1.5B, 4K budget, 5-benchmark mean): "
-        + "; ".join(
-            f"{m}: acc {v['accuracy']}, {v['length']:.0f} tokens, AES +{v['aes']}" for m, v in PUBLISHED_LEAD.items()
-        )
-        + "; static decoupled ratios AES >= 0.27; scalarised GRPO at best 0.08.",
-        "- MEDS: "
-        + "; ".join(f"{m}: " + ", ".join(f"{k} {v}" for k, v in vals.items()) for m, vals in PUBLISHED_MEDS.items())
-        + "; clustering ablation (Qwen2.5-Math-7B pass@1 / pass@128): single cluster 55.14 / 82.60, HDBSCAN "
-        "(best) 56.47 / 84.00.",
-        "",
-    ]
-    if plots:
-        lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
-    return "\n".join(lines)
-
-
 def write_results(out: str | Path, report: str | Path, *, n_boot: int = 2000) -> list[Path]:
     """Write ``report`` (markdown), the JSON beside it (same stem) and its plots (folder of the same stem);
     returns the paths written."""
@@ -434,7 +235,7 @@ def write_results(out: str | Path, report: str | Path, *, n_boot: int = 2000) ->
     except ImportError:  # matplotlib missing: tables only
         pass
     rel = [str(p.relative_to(report.parent)) for p in written]
-    claims_text = _kept_claims(report)
+    claims_text = kept_claims(report)
     json_path = report.with_suffix(".json")
     json_path.write_text(json.dumps(_clean(results), indent=1, allow_nan=False))
     report.write_text(results_markdown(results, claims_text, rel))
