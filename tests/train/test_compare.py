@@ -279,3 +279,29 @@ def test_seeds_are_a_list_or_a_count(text, seeds):
         _seeds("a,b", (0,))
     with pytest.raises(ValueError, match="a count"):
         _seeds("0", (0,))
+
+
+def test_best_global_waits_for_both_tunings_and_takes_the_higher_validation_aes():
+    from dynashape.train.compare import _Tuning
+
+    plan = _Tuning({"loose": ("grpo", "best_global")}, [0, 1], 1, True, {})
+    assert sorted({s.method for s in plan.ready}) == ["gdpo", "grpo", "grpo_length"]
+    assert plan.expected == 2 + 3 + 3 + 2 and list(plan.waiting) == [("loose", "best_global")]
+    aes = {"grpo_length": [0.1, 0.2, 0.15], "gdpo": [0.3, 0.1, 0.1]}
+    released = []
+    for spec in [s for s in plan.ready if s.split == "validation"]:
+        i = [p.overrides for p in plan.groups[(spec.regime, spec.method)]].index(spec.overrides)
+        record = {"status": "trained", "seed": spec.seed, "eval": {"aes": aes[spec.method][i], "final": {}}}
+        record["eval"]["final"] = {"accuracy": 0.5, "mean_length": 30.0}
+        released += plan.finished(spec, record, lambda _: None)
+        if spec.method == "grpo_length":
+            assert not released, "best_global waits for gdpo's tuning too"
+    gdpo_points = [p.overrides for p in plan.groups[("loose", "gdpo")]]
+    assert [(s.method, s.seed, s.overrides) for s in released] == [
+        ("gdpo", 0, gdpo_points[0]),
+        ("gdpo", 1, gdpo_points[0]),
+    ]
+    assert plan.out["loose"]["best_global"] == "gdpo" and not plan.waiting
+    assert (
+        plan.results[("loose", "grpo_length")]["chosen_overrides"] == plan.groups[("loose", "grpo_length")][1].overrides
+    )

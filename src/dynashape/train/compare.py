@@ -193,6 +193,106 @@ def _tuned_methods(rows: Sequence[str], tune: bool) -> list[str]:
     return out
 
 
+class _Tuning:
+    """The plan's runs in the order they can start: untuned test rows and tuning runs at once, a tuned row's test
+    runs when its tuning has settled (``BEST_GLOBAL``'s when both candidates' have)."""
+
+    def __init__(
+        self, rows: Mapping[str, Sequence[str]], seeds: Sequence[int], tuning_seeds: int, tune: bool, previous: dict
+    ) -> None:
+        self.ready: list[RunSpec] = []
+        self.groups: dict[tuple[str, str], list[RunSpec]] = {}  # (regime, method) -> its tuning runs
+        self.waiting: dict[tuple[str, str], list[int]] = {}  # (regime, tuned method or BEST_GLOBAL) -> test seeds
+        self.done: dict[tuple[str, str, str, int], dict[str, Any]] = {}  # (regime, method, point, seed) -> record
+        self.results: dict[tuple[str, str], dict[str, Any]] = {}
+        self.out = previous  # tuning.json: regime -> method -> result (and best_global)
+        for regime, methods in rows.items():
+            tuned = _tuned_methods(methods, tune)
+            for method in tuned:
+                self.groups[(regime, method)] = [
+                    RunSpec(method=method, regime=regime, seed=TUNING_SEED_OFFSET + i, split="validation", overrides=p)
+                    for p in _grid(method, regime)[1]
+                    for i in range(tuning_seeds)
+                ]
+                self.ready += self.groups[(regime, method)]
+            for method in methods:
+                if method in tuned or method == BEST_GLOBAL:
+                    self.waiting[(regime, method)] = list(seeds)
+                else:
+                    self.ready += [RunSpec(method=method, regime=regime, seed=s) for s in seeds]
+        self.expected = len(self.ready) + sum(len(s) for s in self.waiting.values())
+
+    def finished(self, spec: RunSpec, record: dict[str, Any], log: Callable[[str], None]) -> list[RunSpec]:
+        """Note a finished run; the test runs its tuning result releases."""
+        key = (spec.regime, spec.method)
+        if spec.split != "validation" or key in self.results:
+            return []
+        self.done[(spec.regime, spec.method, spec.point, spec.seed)] = record
+        result = self._settle(*key)
+        if result is None:
+            return []
+        self.results[key] = result
+        self.out.setdefault(spec.regime, {})[spec.method] = result
+        log(f"tuned {spec.method} {spec.regime}: {result['key']} = {result['chosen']} (grid {result['grid']})")
+        new = [
+            RunSpec(method=spec.method, regime=spec.regime, seed=s, overrides=result["chosen_overrides"])
+            for s in self.waiting.pop(key, [])
+        ]
+        best = self._best_global(spec.regime)
+        if best is not None and (spec.regime, BEST_GLOBAL) in self.waiting:
+            self.out[spec.regime][BEST_GLOBAL] = best
+            log(f"best global-threshold baseline {spec.regime}: {best}")
+            chosen = self.results[(spec.regime, best)]["chosen_overrides"]
+            seeds = self.waiting.pop((spec.regime, BEST_GLOBAL))
+            new += [RunSpec(method=best, regime=spec.regime, seed=s, overrides=chosen) for s in seeds]
+        return new
+
+    def _settle(self, regime: str, method: str) -> dict[str, Any] | None:
+        """The tuning result of (regime, method) once all its runs have finished; None while some have not, or
+        when one failed (a failed run must not lose its grid value the choice: a rerun finishes the tuning)."""
+        group = self.groups[(regime, method)]
+        records = [self.done.get((regime, method, s.point, s.seed)) for s in group]
+        if any(r is None or r["status"] == "failed" for r in records):
+            return None
+        key, points = _grid(method, regime)
+        values = [_point_value(p) for p in points]
+        per_value = []
+        for p, v in zip(points, values):
+            runs = [r for s, r in zip(group, records) if s.overrides == p]
+            per_value.append(
+                {
+                    "value": v,
+                    "overrides": p,
+                    "aes": [r["eval"].get("aes") for r in runs],  # type: ignore[index]
+                    "accuracy": [r["eval"]["final"]["accuracy"] for r in runs],  # type: ignore[index]
+                    "mean_length": [r["eval"]["final"]["mean_length"] for r in runs],  # type: ignore[index]
+                    "seeds": [r["seed"] for r in runs],  # type: ignore[index]
+                }
+            )
+        preset = _preset_value(method, regime, key)
+        i = choose(values, [r["aes"] for r in per_value], preset)
+        aes = [a for a in per_value[i]["aes"] if a is not None]
+        return {
+            "key": key,
+            "grid": values,
+            "preset_value": preset,
+            "chosen": values[i],
+            "chosen_overrides": points[i],
+            "chosen_mean_aes": sum(aes) / len(aes) if len(aes) == len(per_value[i]["aes"]) else None,
+            "values": per_value,
+            "rule": SELECTION_RULE,
+            "split": "validation",
+        }
+
+    def _best_global(self, regime: str) -> str | None:
+        """The global-threshold baseline with the higher mean validation AES (a tie: the first named)."""
+        found = [self.results.get((regime, m)) for m in GLOBAL_THRESHOLD_BASELINES]
+        if any(f is None for f in found):
+            return None
+        scores = [-math.inf if f["chosen_mean_aes"] is None else f["chosen_mean_aes"] for f in found]  # type: ignore[index]
+        return GLOBAL_THRESHOLD_BASELINES[scores.index(max(scores))]
+
+
 def machine() -> dict[str, Any]:
     import torch
 
@@ -249,31 +349,16 @@ def run_comparison(
     workers = workers or default_jobs()
     if not seeds:
         raise ValueError("seeds must name at least one seed")
-    specs: list[RunSpec] = []  # ready now: untuned test rows and tuning runs
-    waiting: dict[tuple[str, str], list[int]] = {}  # (regime, tuned method or BEST_GLOBAL) -> test seeds
-    tuning: dict[tuple[str, str], list[RunSpec]] = {}
-    for regime, methods in rows.items():
-        tuned = _tuned_methods(methods, tune)
-        for method in tuned:
-            points = _grid(method, regime)[1]
-            tuning[(regime, method)] = [
-                RunSpec(method=method, regime=regime, seed=TUNING_SEED_OFFSET + i, split="validation", overrides=p)
-                for p in points
-                for i in range(tuning_seeds)
-            ]
-            specs += tuning[(regime, method)]
-        for method in methods:
-            if method in tuned or method == BEST_GLOBAL:
-                waiting[(regime, method)] = list(seeds)
-            else:
-                specs += [RunSpec(method=method, regime=regime, seed=s) for s in seeds]
-    expected = len(specs) + sum(len(s) for s in waiting.values())
+    previous = out / "tuning.json"
+    plan = _Tuning(rows, seeds, tuning_seeds, tune, json.loads(previous.read_text()) if previous.exists() else {})
+    expected = plan.expected
     if dry_run:
-        for spec in specs:
+        for spec in plan.ready:
             log(f"run {spec.label()} -> {spec.folder()}")
-        for (regime, method), s in waiting.items():
+        for (regime, method), s in plan.waiting.items():
             log(f"run {method} {regime} seeds {','.join(map(str, s))} at the tuned value (after tuning)")
-        log(f"{expected} runs in all ({len(specs)} ready, {expected - len(specs)} after tuning), {workers} jobs")
+        later = expected - len(plan.ready)
+        log(f"{expected} runs in all ({len(plan.ready)} ready, {later} after tuning), {workers} jobs")
         return {"runs": [], "tuning": {}, "failed": [], "expected": expected}
 
     out.mkdir(parents=True, exist_ok=True)
@@ -304,8 +389,8 @@ def run_comparison(
         return Job(spec.label(), spec_config(spec, template, train_overrides), run_dir)
 
     # every run of the plan shares the base model; each seed and split has its own base evaluation
-    every = [job(s) for s in specs] + [
-        job(RunSpec(method="grpo", regime=r, seed=s)) for (r, _), ss in waiting.items() for s in ss
+    every = [job(s) for s in plan.ready] + [
+        job(RunSpec(method="grpo", regime=r, seed=s)) for (r, _), ss in plan.waiting.items() for s in ss
     ]
     log(f"{expected} runs in all, {workers} parallel jobs; preparing the base model and base evaluations")
     prepare((j.cfg for j in every), log=log)
@@ -315,53 +400,7 @@ def run_comparison(
     old = json.loads((out / "runs.json").read_text()) if (out / "runs.json").exists() else []
     ours = {str(j.run_dir.relative_to(out)) for j in every}
     kept = [r for r in old if r["run_dir"] not in ours and (out / r["run_dir"] / "eval.json").exists()]
-    results: dict[tuple[str, str], dict[str, Any]] = {}
-    tuning_out = json.loads((out / "tuning.json").read_text()) if (out / "tuning.json").exists() else {}
     failed: list[str] = []
-
-    def settle(regime: str, method: str) -> dict[str, Any] | None:
-        """The tuning result of (regime, method) once all its runs have finished; None while some have not, or
-        when one failed (a failed run must not lose its grid value the choice: a rerun finishes the tuning)."""
-        group = tuning[(regime, method)]
-        done = {
-            (r["point"], r["seed"]): r
-            for r in records
-            if r["split"] == "validation" and r["regime"] == regime and r["method"] == method
-        }
-        if any((s.point, s.seed) not in done for s in group):
-            return None
-        if any(r["status"] == "failed" for r in done.values()):
-            return None
-        key, points = _grid(method, regime)
-        values = [_point_value(p) for p in points]
-        rows_ = []
-        for p, v in zip(points, values):
-            runs = [done[(s.point, s.seed)] for s in group if s.overrides == p]
-            evs = [r["eval"] for r in runs]
-            rows_.append(
-                {
-                    "value": v,
-                    "overrides": p,
-                    "aes": [e.get("aes") for e in evs],
-                    "accuracy": [e["final"]["accuracy"] for e in evs],
-                    "mean_length": [e["final"]["mean_length"] for e in evs],
-                    "seeds": [r["seed"] for r in runs],
-                }
-            )
-        preset = _preset_value(method, regime, key)
-        i = choose(values, [r["aes"] for r in rows_], preset)
-        aes = [a for a in rows_[i]["aes"] if a is not None]
-        return {
-            "key": key,
-            "grid": values,
-            "preset_value": preset,
-            "chosen": values[i],
-            "chosen_overrides": points[i],
-            "chosen_mean_aes": sum(aes) / len(aes) if len(aes) == len(rows_[i]["aes"]) else None,
-            "values": rows_,
-            "rule": SELECTION_RULE,
-            "split": "validation",
-        }
 
     def then(outcome: Outcome) -> list[Job]:
         spec = by_job[outcome.job.run_dir]
@@ -371,40 +410,14 @@ def run_comparison(
         merged = {r["run_dir"]: r for r in kept} | {r["run_dir"]: r for r in records}
         ordered = sorted(merged.values(), key=lambda r: (r["split"], r["regime"], r["method"], r["seed"], r["point"]))
         _write_json(out / "runs.json", ordered)
-        new: list[RunSpec] = []
-        key = (spec.regime, spec.method)
-        if spec.split == "validation" and key not in results:
-            result = settle(*key)
-            if result is not None:
-                results[key] = result
-                tuning_out.setdefault(spec.regime, {})[spec.method] = result
-                log(f"tuned {spec.method} {spec.regime}: {result['key']} = {result['chosen']} (grid {result['grid']})")
-                if key in waiting:
-                    new += [
-                        RunSpec(method=spec.method, regime=spec.regime, seed=s, overrides=result["chosen_overrides"])
-                        for s in waiting.pop(key)
-                    ]
-                best = _best_global(spec.regime)
-                if best is not None and (spec.regime, BEST_GLOBAL) in waiting:
-                    tuning_out[spec.regime][BEST_GLOBAL] = best
-                    log(f"best global-threshold baseline {spec.regime}: {best}")
-                    chosen = results[(spec.regime, best)]["chosen_overrides"]
-                    new += [
-                        RunSpec(method=best, regime=spec.regime, seed=s, overrides=chosen)
-                        for s in waiting.pop((spec.regime, BEST_GLOBAL))
-                    ]
-                _write_json(out / "tuning.json", tuning_out)
+        settled = len(plan.results)
+        new = plan.finished(spec, records[-1], log)
+        if len(plan.results) > settled:
+            _write_json(out / "tuning.json", plan.out)
         return [job(s) for s in new]
 
-    def _best_global(regime: str) -> str | None:
-        found = [results.get((regime, m)) for m in GLOBAL_THRESHOLD_BASELINES]
-        if any(f is None for f in found):
-            return None
-        scores = [-math.inf if f["chosen_mean_aes"] is None else f["chosen_mean_aes"] for f in found]  # type: ignore[index]
-        return GLOBAL_THRESHOLD_BASELINES[scores.index(max(scores))]
-
-    run_jobs([job(s) for s in specs], workers=workers, log=log, then=then, expected=expected)
-    for (regime, method), ss in waiting.items():  # tuning that never finished (a failed run): said aloud
+    run_jobs([job(s) for s in plan.ready], workers=workers, log=log, then=then, expected=expected)
+    for (regime, method), ss in plan.waiting.items():  # tuning that never finished (a failed run): said aloud
         failed.append(f"{method} {regime} seeds {ss}: not run, its tuning did not finish")
     invocation["wall_seconds"] = time.perf_counter() - start
     meta["wall_seconds"] = sum(i["wall_seconds"] or 0.0 for i in meta["invocations"])
@@ -412,4 +425,4 @@ def run_comparison(
     log(f"comparison {'complete' if not failed else 'incomplete'}: {len(records)} runs, {len(failed)} problems")
     for line in failed:
         log(f"  {line}")
-    return {"runs": records, "tuning": tuning_out, "failed": failed, "expected": expected}
+    return {"runs": records, "tuning": plan.out, "failed": failed, "expected": expected}
