@@ -305,3 +305,39 @@ def test_best_global_waits_for_both_tunings_and_takes_the_higher_validation_aes(
     assert (
         plan.results[("loose", "grpo_length")]["chosen_overrides"] == plan.groups[("loose", "grpo_length")][1].overrides
     )
+
+
+@pytest.mark.slow
+def test_the_command_killed_for_real_resumes(base_cache, tmp_path):
+    """SIGKILL to the whole `dynashape compare --jobs 2` process group once a run has finished, then rerun."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "c"
+    tiny = {
+        "model.hidden_size": 32, "model.num_layers": 2, "model.num_heads": 2, "model.num_kv_heads": 2,
+        "model.intermediate_size": 64, "warmup.steps": 40, "warmup.batch_size": 16, "warmup.lr": 0.01,
+        "task.n_train": 100, "task.n_validation_per_difficulty": 1, "task.n_test_per_difficulty": 1,
+        "task.max_ops": 3, "eval.n_samples": 2, "eval.max_new_tokens": 24, "eval.passk_samples": 4,
+        "eval.passk_hard": 1, "eval.passk_trap": 1, **TINY_TRAIN, "steps": 6,
+    }  # fmt: skip
+    argv = [sys.executable, "-m", "dynashape.cli", "compare", "--methods", "grpo,lead", "--seeds", "3"]
+    argv += ["--jobs", "2", "--out", str(out), "--cache-dir", str(base_cache)]
+    argv += [a for k, v in tiny.items() for a in ("--set", f"{k}={v}")]
+    proc = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not list(out.glob("runs/tight/*/eval.json")):
+        assert proc.poll() is None and time.monotonic() < deadline, "the compare ended before any run finished"
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)  # the command and its workers: the group this test started
+    proc.wait()
+    finished = {p: p.stat().st_mtime_ns for p in out.glob("runs/tight/*/eval.json")}
+    assert 1 <= len(finished) < 6
+    rerun = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    assert len(list(out.glob("runs/tight/*/eval.json"))) == 6
+    assert {p: p.stat().st_mtime_ns for p in finished} == finished
+    assert rerun.stdout.count(" reused ") == len(finished)
