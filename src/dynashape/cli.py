@@ -95,7 +95,7 @@ def _replace(section: str, part: Any, values: dict[str, Any]) -> Any:
         raise ValueError(f"--set {section}.*: {err}") from None
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
+def _add_common(p: argparse.ArgumentParser, *, progress: bool = True) -> None:
     p.add_argument("--steps", type=int, default=None, help="RL steps (default: the preset's)")
     p.add_argument("--warmup-steps", type=int, default=None, help="supervised warm-up steps of the toy base model")
     p.add_argument("--eval-samples", type=int, default=None, help="held-out samples per problem (default 4)")
@@ -114,7 +114,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         "eval.max_new_tokens=512, eval.batch_size=16, task.*, warmup.*, model.*, prompt.chat_template=false, "
         "prompt.suffix=..., shaper_kwargs.*",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    if progress:  # compare's runs write one line each instead of bars
+        p.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_regime(p)
 
 
@@ -157,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/compare", help="the comparison folder (a rerun resumes it)")
     p.add_argument("--report", default=None, help="results markdown path (default OUT/results.md)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and stop")
-    _add_common(p)
+    _add_common(p, progress=False)
     p.set_defaults(regime=None)  # compare: every regime of the plan unless one is named
 
     p = sub.add_parser("results", help="(re)write results.md / results.json / plots from a comparison folder")

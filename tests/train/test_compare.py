@@ -219,6 +219,9 @@ def test_the_full_plan_is_the_issues_rows():
     assert set(tight) == lead_family | length_shapers | meds_family and len(tight) == 18
     assert set(loose) == {"grpo", "lead", "lead_static", "shorterbetter", "best_global"}
     assert plan.seeds == (0, 1, 2, 3, 4)
+    from dynashape.cli import COMPARISON_PLANS
+
+    assert set(COMPARISON_PLANS) == set(COMPARISON_PLAN)  # the command's choices (not imported at startup)
     lines: list[str] = []
     plan_out = run_comparison(
         "unused",

@@ -346,9 +346,13 @@ def run_comparison(
     finished (``BEST_GLOBAL``'s when both candidates' have). ``dry_run`` only lists the runs (as ``log`` lines).
     """
     out = Path(out)
-    workers = workers or default_jobs()
+    workers = default_jobs() if workers is None else workers
     if not seeds:
         raise ValueError("seeds must name at least one seed")
+    if tuning_seeds < 1:
+        raise ValueError(f"tuning_seeds must be >= 1, got {tuning_seeds}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
     previous = out / "tuning.json"
     plan = _Tuning(rows, seeds, tuning_seeds, tune, json.loads(previous.read_text()) if previous.exists() else {})
     expected = plan.expected
