@@ -1,8 +1,10 @@
-"""The ``dynashape`` command: ``train``, ``compare``, ``eval``, ``report``, ``audit``.
+"""The ``dynashape`` command: ``train``, ``compare``, ``results``, ``eval``, ``report``, ``audit``.
 
 dynashape train                       # preset lead, default budget, run folder runs/lead-seed0
 dynashape train --method meds --steps 80 --set lr=5e-4 --set shaper_kwargs.alpha=0.2
 dynashape compare --methods lead,grpo_length,gdpo,shorterbetter,drpo --seeds 0,1
+dynashape compare --plan full --out runs/comparison --report docs/results.md   # issue 15's comparison
+dynashape results runs/comparison --report docs/results.md                      # rewrite results from its runs
 dynashape train --regime loose          # the loose budget regime (run folder runs/lead-loose-seed0)
 dynashape eval --run-dir runs/lead-seed0
 dynashape report --run-dir runs/lead-seed0
@@ -18,7 +20,9 @@ import argparse
 import dataclasses
 import json
 import logging
+import shlex
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -53,9 +57,10 @@ def _overrides(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     return parse_overrides(pairs)
 
 
-def _run_config(args: argparse.Namespace, method: str, seed: int) -> Any:
+def _template(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """The RunConfig of the command line's non-training sections (train at its default) and the training
+    overrides (``--steps``, ``--set lr=...``, ``--set shaper_kwargs.x=...``) to put on a preset."""
     from dynashape.train.config import RunConfig
-    from dynashape.train.presets import make_train_config
 
     sections = _overrides(args.set or [])
     train_kw = sections.pop("train", {})
@@ -69,14 +74,18 @@ def _run_config(args: argparse.Namespace, method: str, seed: int) -> Any:
     for flag, field_name in (("eval_samples", "n_samples"), ("eval_max_new_tokens", "max_new_tokens")):
         if getattr(args, flag, None) is not None:
             parts["eval"] = dataclasses.replace(parts.get("eval", base.eval), **{field_name: getattr(args, flag)})
-    return RunConfig(
-        train=make_train_config(method, regime=getattr(args, "regime", "tight"), seed=seed, **train_kw),
-        model_path=args.model,
-        data_path=args.data,
-        device=args.device,
-        cache_dir=args.cache_dir,
-        **parts,
+    template = RunConfig(
+        model_path=args.model, data_path=args.data, device=args.device, cache_dir=args.cache_dir, **parts
     )
+    return template, train_kw
+
+
+def _run_config(args: argparse.Namespace, method: str, seed: int) -> Any:
+    from dynashape.train.presets import make_train_config
+
+    template, train_kw = _template(args)
+    regime = getattr(args, "regime", None) or "tight"
+    return dataclasses.replace(template, train=make_train_config(method, regime=regime, seed=seed, **train_kw))
 
 
 def _replace(section: str, part: Any, values: dict[str, Any]) -> Any:
@@ -86,7 +95,7 @@ def _replace(section: str, part: Any, values: dict[str, Any]) -> Any:
         raise ValueError(f"--set {section}.*: {err}") from None
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
+def _add_common(p: argparse.ArgumentParser, *, progress: bool = True) -> None:
     p.add_argument("--steps", type=int, default=None, help="RL steps (default: the preset's)")
     p.add_argument("--warmup-steps", type=int, default=None, help="supervised warm-up steps of the toy base model")
     p.add_argument("--eval-samples", type=int, default=None, help="held-out samples per problem (default 4)")
@@ -105,7 +114,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         "eval.max_new_tokens=512, eval.batch_size=16, task.*, warmup.*, model.*, prompt.chat_template=false, "
         "prompt.suffix=..., shaper_kwargs.*",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    if progress:  # compare's runs write one line each instead of bars
+        p.add_argument("--no-progress", action="store_true", help="no progress bars")
     _add_regime(p)
 
 
@@ -119,6 +129,9 @@ def _add_regime(p: argparse.ArgumentParser) -> None:
     )
 
 
+COMPARISON_PLANS = ("full",)  # dynashape.train.compare.COMPARISON_PLAN's names (not imported: startup time)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dynashape", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -129,11 +142,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", default=None, help="run folder (default runs/<method>-seed<seed>); resumes")
     _add_common(p)
 
-    p = sub.add_parser("compare", help="train several presets and write comparison tables")
-    p.add_argument("--methods", default="lead,grpo_length,gdpo,shorterbetter,drpo")
-    p.add_argument("--seeds", default="0")
-    p.add_argument("--out", default="runs/compare")
-    _add_common(p)
+    p = sub.add_parser(
+        "compare",
+        help="paired-seed comparison: tune on the validation split, train every row and seed in parallel "
+        "(resumable), write results.md / results.json",
+    )
+    p.add_argument("--plan", choices=sorted(COMPARISON_PLANS), default=None, help="the issue's rows (full)")
+    p.add_argument("--methods", default=None, help="presets to compare (without --plan; with it, a filter of its rows)")
+    p.add_argument(
+        "--seeds", default=None, help="paired seeds: a list (0,1,2) or a count (5 = 0..4); default: the plan's 5"
+    )
+    p.add_argument("--tuning-seeds", type=int, default=2, help="seeds per grid value of the tuning (validation)")
+    p.add_argument("--no-tuning", action="store_true", help="train tuned presets at their preset values")
+    p.add_argument("--jobs", type=int, default=None, help="parallel runs (default: the number of cores)")
+    p.add_argument("--out", default="runs/compare", help="the comparison folder (a rerun resumes it)")
+    p.add_argument("--report", default=None, help="results markdown path (default OUT/results.md)")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and stop")
+    _add_common(p, progress=False)
+    p.set_defaults(regime=None)  # compare: every regime of the plan unless one is named
+
+    p = sub.add_parser("results", help="(re)write results.md / results.json / plots from a comparison folder")
+    p.add_argument("out", help="the comparison folder (dynashape compare --out)")
+    p.add_argument("--report", default=None, help="results markdown path (default OUT/results.md)")
 
     p = sub.add_parser("eval", help="evaluate a run folder's last checkpoint on the held-out split")
     p.add_argument("--run-dir", required=True)
@@ -186,25 +216,59 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_compare(args: argparse.Namespace) -> int:
-    from dynashape.report.tables import compare_markdown
-    from dynashape.train.run import train
+def _seeds(text: str | None, default: Sequence[int]) -> list[int]:
+    """``0,1,2`` -> [0, 1, 2]; a bare count ``5`` -> [0, 1, 2, 3, 4]; ``7,`` -> [7]."""
+    if text is None:
+        return list(default)
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        seeds = list(range(int(parts[0]))) if len(parts) == 1 else [int(p) for p in parts if p]
+    except ValueError:
+        raise ValueError(f"--seeds expects a list like 0,1,2 or a count, got {text!r}") from None
+    if not seeds:
+        raise ValueError(f"--seeds {text}: no seed (a bare number is a count; seed 0 alone is written 0,)")
+    return seeds
 
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from dynashape.train.compare import COMPARISON_PLAN, ComparisonPlan, plan_rows, run_comparison
+
+    plan = COMPARISON_PLAN[args.plan] if args.plan else None
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    if plan is None and methods is None:
+        methods = ["lead", "grpo_length", "gdpo", "shorterbetter", "drpo"]
+    rows = plan_rows(plan, methods=methods, regimes=[args.regime] if args.regime else None)
+    seeds = _seeds(args.seeds, (plan or ComparisonPlan(rows={})).seeds)
+    template, train_kw = _template(args)
     out = Path(args.out)
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    seeds = [int(s) for s in args.seeds.split(",")]
-    results: dict[str, list[dict[str, Any]]] = {}
-    for method in methods:
-        for seed in seeds:
-            cfg = _run_config(args, method, seed)
-            res = train(cfg, out / f"{method}-seed{seed}", progress=not args.no_progress)
-            if res.eval is not None:
-                results.setdefault(method, []).append(res.eval)
-    table = compare_markdown(results)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.md").write_text(table)
-    (out / "compare.json").write_text(json.dumps(results, indent=1))
-    print(table)
+    result = run_comparison(
+        out,
+        rows=rows,
+        seeds=seeds,
+        template=template,
+        train_overrides=train_kw,
+        tuning_seeds=args.tuning_seeds,
+        tune=not args.no_tuning,
+        workers=args.jobs,
+        log=lambda line: print(f"{time.strftime('%H:%M:%S')} {line}", flush=True),
+        command="dynashape " + shlex.join(args.argv),
+        dry_run=args.dry_run,
+    )
+    if args.dry_run:
+        return 0
+    _write_results(out, args.report)
+    return 1 if result["failed"] else 0
+
+
+def _write_results(out: Path, report: str | None) -> None:
+    from dynashape.report.results import write_results
+
+    paths = write_results(out, Path(report) if report else out / "results.md")
+    print("results: " + ", ".join(str(p) for p in paths), flush=True)
+
+
+def _cmd_results(args: argparse.Namespace) -> int:
+    _write_results(Path(args.out), args.report)
     return 0
 
 
@@ -303,6 +367,7 @@ def _cmd_model(args: argparse.Namespace) -> int:
 _COMMANDS = {
     "train": _cmd_train,
     "compare": _cmd_compare,
+    "results": _cmd_results,
     "eval": _cmd_eval,
     "report": _cmd_report,
     "doctor": _cmd_doctor,
@@ -313,6 +378,7 @@ _COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded by compare
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return _COMMANDS[args.command](args)

@@ -16,7 +16,10 @@ from dynashape.train.prompts import encode_questions
 from dynashape.train.rollout import sample
 from dynashape.train.task import Problem
 
-__all__ = ["Samples", "evaluate", "hard_subset", "sample_responses", "select_problems", "world_stats"]
+EVAL_FORMAT = 2
+"""Layout version of ``evaluate``'s result (2: with ``per_problem``); it keys the cached base evaluations."""
+
+__all__ = ["EVAL_FORMAT", "Samples", "evaluate", "hard_subset", "sample_responses", "select_problems", "world_stats"]
 
 
 @dataclass
@@ -204,6 +207,10 @@ def evaluate(
     fingerprints, ``cfg.fingerprint_layers`` layers) and ``pass_at_k_hard`` (k up to ``cfg.passk_samples`` on
     ``hard_subset``). The draws use their own generators seeded with ``cfg.seed``, so the base and the final
     model see the same random streams.
+
+    ``per_problem`` holds the per-problem results the comparison's bootstrap resamples, lists in the order of
+    the evaluated problems: ``difficulty``, ``is_trap``, ``n_correct`` (of ``n_samples``) and ``mean_length``;
+    ``per_problem_hard`` the same counts (of ``passk_samples``) on the pass@k subset.
     """
     from dynashape.metrics import pass_at_k_curve
     from dynashape.train.progress import progress_bar
@@ -267,6 +274,12 @@ def evaluate(
         "max_new_tokens": cfg.max_new_tokens,
         "temperature": cfg.temperature,
         "top_p": cfg.top_p,
+        "per_problem": {
+            "difficulty": [int(p.difficulty) for p in problems],
+            "is_trap": [bool(p.is_trap) for p in problems],
+            "n_correct": [int(c) for c in correct.sum(1)],
+            "mean_length": [float(x) for x in lengths.mean(1)],
+        },
     }
     if toy:
         stats = world_stats(s)
@@ -295,4 +308,10 @@ def evaluate(
                 str(int(k)): float(v) for k, v in zip(hard_curve.ks, hard_curve.values, strict=True)
             }
             out["pass_at_k_hard_problems"] = [p.prompt.strip() for p in subset]
+            out["per_problem_hard"] = {
+                "difficulty": [int(p.difficulty) for p in subset],
+                "is_trap": [bool(p.is_trap) for p in subset],
+                "n_correct": [int(c) for c in hc.sum(1)],
+                "n_samples": cfg.passk_samples,
+            }
     return out

@@ -46,11 +46,14 @@ def config_hash(config: dict[str, Any]) -> str:
     """Hash of the parts of a resolved config that change the trajectory (16 hex characters).
 
     ``checkpoint_every`` and ``steps`` are left out, so a finished run can be extended and checkpoint
-    frequency changed without invalidating its checkpoints.
+    frequency changed without invalidating its checkpoints; so is ``eval.split`` (which held-out split the
+    final evaluation reads never changes the training trajectory, and run folders from before the field keep
+    their hash).
     """
     data = json.loads(json.dumps(config, sort_keys=True, default=str))
     for key in ("steps", "checkpoint_every"):
         data.get("train", {}).pop(key, None)
+    data.get("eval", {}).pop("split", None)
     data.pop("cache_dir", None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

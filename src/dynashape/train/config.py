@@ -18,7 +18,7 @@ from dynashape.train.policy import ModelConfig, WarmupConfig
 from dynashape.train.prompts import PromptConfig
 from dynashape.train.task import ChainTaskConfig
 
-__all__ = ["REWARD_COLUMNS", "SECTIONS", "EvalConfig", "RunConfig", "TrainConfig", "parse_overrides"]
+__all__ = ["EVAL_SPLITS", "REWARD_COLUMNS", "SECTIONS", "EvalConfig", "RunConfig", "TrainConfig", "parse_overrides"]
 
 # Reward columns a preset can hand to its shaper as ``RolloutBatch.rewards`` (see loop.reward_columns):
 # correct = verifier verdict 1/0; overlong = DAPO overlong penalty alone (MEDS adds its columns to the
@@ -27,6 +27,7 @@ __all__ = ["REWARD_COLUMNS", "SECTIONS", "EvalConfig", "RunConfig", "TrainConfig
 REWARD_COLUMNS: tuple[str, ...] = ("correct", "overlong", "correct_overlong", "correct_short")
 LOSSES: tuple[str, ...] = ("clip", "drpo")
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+EVAL_SPLITS: tuple[str, ...] = ("test", "validation")
 
 
 def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
@@ -198,8 +199,13 @@ class EvalConfig:
     """Trap prompts in the pass@k subset."""
     fingerprint_layers: int | None = 4
     """Layers of the wrong answers' MEDS fingerprints (eigen ratio); None = none."""
+    split: str = "test"
+    """Which held-out split of the world is evaluated: ``test`` (final numbers) or ``validation`` (tuning only;
+    ``task.world_splits``). A dataset (``data_path``) has a test split only."""
 
     def __post_init__(self) -> None:
+        if self.split not in EVAL_SPLITS:
+            raise ValueError(f"split must be one of {EVAL_SPLITS}, got {self.split!r}")
         for name in ("passk_samples", "passk_hard", "passk_trap"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")

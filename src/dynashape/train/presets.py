@@ -19,7 +19,9 @@ shaper and loss differ. Length parameters are scaled to the toy task from the pa
 * kimi_length: weight 1, unscaled: lambda uses only (l - min) / (max - min) within a group, free of units;
 * pass_rate_linear: budget = B (prime-rl divides by its sequence length), coef 0.25 unscaled (the penalty is
   already a fraction of the budget);
-* length_zscore: alpha 0.05 and the -1 wrong reward unscaled (a z-score has no units).
+* length_zscore: alpha 0.05 and the -1 wrong reward unscaled (a z-score has no units);
+* ablations for the comparison: lead_min_correct / lead_mean_all (LEAD's target aggregator), lead_upper_only
+  (the one-sided efficiency reward), meds_single_cluster (MEDS with one cluster per error bank).
 
 ``TUNING_GRIDS`` is the small stated grid that the comparison tunes each global baseline on (validation split
 only): for each preset, one key in ``--set`` form (``shaper_kwargs.x`` or a ``TrainConfig`` field) and its values,
@@ -96,6 +98,16 @@ def preset_values(method: str, budget: int) -> dict[str, Any]:
             "shaper": "lead",
             "shaper_kwargs": {"b_max": budget, "l_min": l_min, "static_lambda_c": 0.5},
         },
+        # LEAD's ablations (lead.md): the target aggregator and the one-sided efficiency reward
+        "lead_min_correct": {
+            "shaper": "lead",
+            "shaper_kwargs": {"b_max": budget, "l_min": l_min, "target": "min_correct"},
+        },
+        "lead_mean_all": {"shaper": "lead", "shaper_kwargs": {"b_max": budget, "l_min": l_min, "target": "mean_all"}},
+        "lead_upper_only": {
+            "shaper": "lead",
+            "shaper_kwargs": {"b_max": budget, "l_min": l_min, "efficiency": "upper_only"},
+        },
         "shorterbetter": {"shaper": "shorterbetter", "shaper_kwargs": {"alpha": 2.0, "beta": 0.06}},
         "drpo": {"shaper": "grpo", "loss": "drpo"},
         "dapo": {"shaper": "grpo", **dapo},
@@ -106,6 +118,15 @@ def preset_values(method: str, budget: int) -> dict[str, Any]:
             "dual_clip": 10.0,
             "fingerprint_layers": FINGERPRINT_LAYERS,
             "shaper_kwargs": {"alpha": 0.1, "beta": 0.2},
+        },
+        # MEDS's clustering ablation: the whole error bank of a prompt is one cluster (no HDBSCAN)
+        "meds_single_cluster": {
+            "shaper": "meds",
+            **dapo,
+            "reward_columns": ("overlong",),
+            "dual_clip": 10.0,
+            "fingerprint_layers": FINGERPRINT_LAYERS,
+            "shaper_kwargs": {"alpha": 0.1, "beta": 0.2, "cluster_method": "single"},
         },
         "lead_meds": {
             "shaper": "lead_meds",
@@ -145,6 +166,7 @@ OVERLONG_BUFFER = BUDGET // 6
 _NAMES = (
     "grpo", "grpo_length", "gdpo", "lead", "lead_static", "shorterbetter", "drpo", "dapo", "meds", "lead_meds",
     "cosine", "kimi_length", "pass_rate_linear", "length_zscore",
+    "lead_min_correct", "lead_mean_all", "lead_upper_only", "meds_single_cluster",
 )  # fmt: skip
 # The presets at the tight regime's budget (the default); other regimes: preset_values(method, budget).
 PRESETS: MappingProxyType[str, dict[str, Any]] = MappingProxyType({m: preset_values(m, BUDGET) for m in _NAMES})

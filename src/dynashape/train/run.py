@@ -31,7 +31,7 @@ import torch
 
 from dynashape.train import checkpoint as ckpt
 from dynashape.train.config import RunConfig
-from dynashape.train.task import Problem, make_splits
+from dynashape.train.task import Problem, world_splits
 
 __all__ = ["RunResult", "default_cache_dir", "load_base", "prompt_format", "read_metrics", "train"]
 
@@ -53,17 +53,21 @@ def default_cache_dir() -> Path:
 
 
 def _problems(cfg: RunConfig) -> tuple[list[Problem], list[Problem]]:
+    """Training problems and the held-out split ``cfg.eval.split`` evaluates."""
     if cfg.data_path is not None:
         from dynashape.train.data import load_dataset_problems
 
+        if cfg.eval.split != "test":
+            raise ValueError(f"eval.split={cfg.eval.split!r}: a dataset (data_path) has a test split only")
         return load_dataset_problems(cfg.data_path, seed=cfg.task.seed)
-    return make_splits(cfg.task)
+    splits = world_splits(cfg.task)
+    return splits.train, getattr(splits, cfg.eval.split)
 
 
 def load_base(
     cfg: RunConfig, *, progress: bool = False
 ) -> tuple[torch.nn.Module, Any, list[Problem], list[Problem], dict[str, Any]]:
-    """Base model, tokenizer, train and test problems, and where the base came from."""
+    """Base model, tokenizer, train and held-out problems (of ``cfg.eval.split``), and where the base came from."""
     from dynashape.train.policy import load_or_train_base, load_pretrained
 
     train_problems, test_problems = _problems(cfg)
@@ -109,8 +113,11 @@ def prompt_format(cfg: RunConfig, tokenizer: Any) -> Any:
 
 
 def _eval_key(cfg: RunConfig, test: list[Problem], fmt: Any = None) -> str:
+    from dynashape.report.evaluation import EVAL_FORMAT
+
     problems = [(p.prompt if fmt is None else fmt.render(p.prompt), p.answer) for p in test]
-    blob = json.dumps({"eval": cfg.to_dict()["eval"], "problems": problems}, sort_keys=True)
+    # EVAL_FORMAT: a cached evaluation of an older layout (without per-problem results) is computed again
+    blob = json.dumps({"eval": cfg.to_dict()["eval"], "problems": problems, "format": EVAL_FORMAT}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -285,7 +292,7 @@ def _train(
     done = run_dir / "eval.json"
     if trainer.step_index >= total and done.exists():  # a finished run: report what it measured
         previous = json.loads(done.read_text())
-        if previous.get("steps") == trainer.step_index:
+        if previous.get("steps") == trainer.step_index and previous.get("split", "test") == cfg.eval.split:
             return RunResult(run_dir, previous, metrics, resumed_from)
     writer = _tensorboard(run_dir, first_step=trainer.step_index + 1)
     bar = _bar(total, f"train {cfg.train.method}", progress)
@@ -356,6 +363,8 @@ def _train(
         "resumed_from": resumed_from,
         "budget": budget,
         "regime": cfg.train.regime,
+        "split": cfg.eval.split,
+        "seed": cfg.train.seed,
     }
     lam = [(m["step"], m["lead/lambda_c"], m["lead/lambda_l"]) for m in metrics if "lead/lambda_l" in m]
     if lam:

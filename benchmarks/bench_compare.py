@@ -1,0 +1,95 @@
+"""Runs per hour of ``dynashape compare``: ``--jobs N`` parallel processes against serial, on tiny runs.
+
+The same comparison (methods x seeds, a small toy model, a few RL steps, a small evaluation) is run twice in one
+process into two fresh folders: serially (``workers=1``: each run in this process with every core's torch
+threads) and with ``--jobs`` spawned workers (``cores // jobs`` threads each). The base model and base evaluations
+are prepared once before either is timed (both would share them), so the timings are of the runs alone. A third
+pass runs serially with each parallel worker's thread count, to separate the gain of processes from that of fewer
+threads per run (a tiny model gains little from a second thread). We print runs per hour of each and the ratios.
+
+    python benchmarks/bench_compare.py                    # 2 methods x 3 seeds, 6 steps, jobs 2: a few minutes
+    python benchmarks/bench_compare.py --methods grpo,lead,gdpo --seeds 4 --steps 10 --jobs 2 [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from dynashape.train.compare import RunSpec, run_comparison, spec_config
+from dynashape.train.config import EvalConfig, RunConfig
+from dynashape.train.policy import ModelConfig, WarmupConfig
+from dynashape.train.runner import default_jobs, prepare
+from dynashape.train.task import ChainTaskConfig
+
+
+def template(cache: Path, warmup_steps: int) -> RunConfig:
+    return RunConfig(
+        task=ChainTaskConfig(n_train=2000, n_validation_per_difficulty=4, n_test_per_difficulty=4),
+        model=ModelConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128),
+        warmup=WarmupConfig(steps=warmup_steps, batch_size=16),
+        eval=EvalConfig(n_samples=4, max_new_tokens=64, passk_samples=8, passk_hard=2, passk_trap=2),
+        cache_dir=str(cache),
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--methods", default="grpo,lead")
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--warmup-steps", type=int, default=30)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    methods = tuple(m.strip() for m in args.methods.split(","))
+    seeds = list(range(args.seeds))
+    train_kw = {"steps": args.steps, "prompts_per_step": 8, "group_size": 4, "checkpoint_every": 0}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        tpl = template(root / "cache", args.warmup_steps)
+        specs = [RunSpec(method=m, regime="tight", seed=s) for m in methods for s in seeds]
+        prepare(spec_config(s, tpl, train_kw) for s in specs)  # shared by both: not timed
+        res = {"runs": len(specs), "jobs": args.jobs, "cores": default_jobs(), "steps": args.steps}
+        threads = torch.get_num_threads()
+        per_job = max(1, default_jobs() // args.jobs)
+        for name, workers, n_threads in (
+            ("serial", 1, threads),
+            ("serial_few_threads", 1, per_job),
+            ("parallel", args.jobs, threads),
+        ):
+            torch.set_num_threads(n_threads)  # the serial runs train in this process
+            start = time.perf_counter()
+            out = run_comparison(
+                root / name, rows={"tight": methods}, seeds=seeds, template=tpl, train_overrides=train_kw,
+                workers=workers, tune=False,
+            )  # fmt: skip
+            seconds = time.perf_counter() - start
+            assert not out["failed"], out["failed"]
+            res[f"{name}_seconds"] = seconds
+            res[f"{name}_runs_per_hour"] = len(specs) / seconds * 3600
+        torch.set_num_threads(threads)
+    res["ratio"] = res["parallel_runs_per_hour"] / res["serial_runs_per_hour"]
+    res["ratio_vs_few_threads"] = res["parallel_runs_per_hour"] / res["serial_few_threads_runs_per_hour"]
+    if args.json:
+        print(json.dumps(res))
+        return
+    print(f"{res['runs']} tiny runs ({args.methods} x {args.seeds} seeds, {args.steps} steps), {res['cores']} cores")
+    rows = (
+        ("serial (1 process, all threads)", "serial"),
+        (f"serial (1 process, {per_job} thread(s))", "serial_few_threads"),
+        (f"--jobs {args.jobs} (spawned processes)", "parallel"),
+    )
+    for label, key in rows:
+        print(f"{label:36s}: {res[key + '_runs_per_hour']:8.1f} runs/hour ({res[key + '_seconds']:.1f} s)")
+    print(f"{'ratio --jobs / serial':36s}: {res['ratio']:8.2f}x")
+    print(f"{'ratio --jobs / serial, same threads':36s}: {res['ratio_vs_few_threads']:8.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+"""Issue 15's pre-registered claims (a)-(e) as data, the metrics they read, and their verdicts.
+
+A claim is one or more *comparisons*: ``treatment - control  relation  bound`` on one metric in one regime,
+where the difference is taken per paired seed and its 95 % t-interval over seeds decides (``verdict``):
+
+* **holds** when the whole interval satisfies the relation,
+* **fails** when the whole interval satisfies its negation,
+* **inconclusive** otherwise, and always when fewer than ``MIN_SEEDS`` paired seeds exist (``n < 5``).
+
+A claim of several comparisons holds when all hold and fails when any fails. The hierarchical bootstrap
+interval (seeds, then problems) is reported beside the t-interval where the metric has per-problem values; the
+verdict reads the t-interval only. ``best_global`` is the global-threshold baseline (grpo_length or gdpo) with the
+higher validation AES after tuning (``tuning.json``), never chosen on test numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dynashape.report.stats import Interval, hierarchical_bootstrap, paired_values, t_interval
+
+__all__ = [
+    "CLAIMS",
+    "MIN_SEEDS",
+    "Claim",
+    "Comparison",
+    "evaluate_claims",
+    "metric_per_problem",
+    "metric_value",
+    "verdict",
+]
+
+MIN_SEEDS = 5
+RELATIONS = (">", ">=", "<", "<=")
+BEST_GLOBAL = "best_global"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison:
+    """``metric(treatment) - metric(control)  relation  bound`` in ``regime``, per paired seed."""
+
+    regime: str
+    treatment: str
+    control: str
+    """A preset name or ``best_global``."""
+    metric: str
+    """A name of ``METRICS``."""
+    relation: str
+    bound: float = 0.0
+    text: str = ""
+
+    def __post_init__(self) -> None:
+        if self.relation not in RELATIONS:
+            raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
+        if self.metric not in METRICS:
+            raise ValueError(f"metric must be one of {sorted(METRICS)}, got {self.metric!r}")
+        if not math.isfinite(self.bound):
+            raise ValueError(f"bound must be finite, got {self.bound}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    id: str
+    text: str
+    parts: tuple[Comparison, ...]
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def _hardest(ev: Mapping[str, Any]) -> str:
+    return max(ev["final"]["per_difficulty"], key=int)
+
+
+def _easiest(ev: Mapping[str, Any]) -> str:
+    return min(ev["final"]["per_difficulty"], key=int)
+
+
+def _pass_at_k(n: int, c: np.ndarray, k: int) -> np.ndarray:
+    """Unbiased pass@k per problem, 1 - C(n - c, k) / C(n, k) (Chen et al. 2021), float [P]."""
+    return np.array([1.0 - math.comb(n - int(ci), k) / math.comb(n, k) for ci in c])
+
+
+def _trap_pass(ev: Mapping[str, Any]) -> np.ndarray | None:
+    """pass@k at k = min(64, subset samples) per trap prompt of the pass@k subset (None without traps)."""
+    hard = ev["final"].get("per_problem_hard")
+    if not hard:
+        return None
+    trap = np.array(hard["is_trap"], dtype=bool)
+    if not trap.any():
+        return None
+    n = int(hard["n_samples"])
+    return _pass_at_k(n, np.array(hard["n_correct"])[trap], min(64, n))
+
+
+def metric_per_problem(ev: Mapping[str, Any], metric: str) -> np.ndarray | None:
+    """The per-problem values whose mean is ``metric`` (float [P]), or None for a metric that has none (AES,
+    eigen ratio) or an evaluation without ``per_problem``."""
+    final = ev["final"]
+    pp = final.get("per_problem")
+    if metric == "trap_pass@64":
+        return _trap_pass(ev)
+    if pp is None or metric not in ("accuracy", "mean_length", "accuracy@hardest", "mean_length@easiest"):
+        return None
+    acc = np.array(pp["n_correct"], dtype=np.float64) / float(final["n_samples"])
+    length = np.array(pp["mean_length"], dtype=np.float64)
+    difficulty = np.array([str(d) for d in pp["difficulty"]])
+    if metric == "accuracy":
+        return acc
+    if metric == "mean_length":
+        return length
+    if metric == "accuracy@hardest":
+        return acc[difficulty == _hardest(ev)]
+    return length[difficulty == _easiest(ev)]
+
+
+def metric_value(ev: Mapping[str, Any], metric: str) -> float | None:
+    """``metric`` of one run's evaluation (``eval.json``); None when undefined (no AES, no trap prompt...)."""
+    final = ev["final"]
+    if metric == "aes":
+        return ev.get("aes")
+    if metric == "accuracy":
+        return final["accuracy"]
+    if metric == "mean_length":
+        return final["mean_length"]
+    if metric == "accuracy@hardest":
+        return final["per_difficulty"][_hardest(ev)]["accuracy"]
+    if metric == "mean_length@easiest":
+        return final["per_difficulty"][_easiest(ev)]["mean_length"]
+    if metric == "wrong_eigen_ratio":
+        return final.get("wrong_eigen_ratio")
+    values = _trap_pass(ev)  # trap_pass@64
+    return None if values is None else float(values.mean())
+
+
+METRICS: Mapping[str, str] = {
+    "aes": "AES (LEAD's accuracy-efficiency score vs the base)",
+    "accuracy": "accuracy (avg@n = pass@1) on the test split",
+    "mean_length": "mean response length (tokens)",
+    "accuracy@hardest": "accuracy on the hardest difficulty",
+    "mean_length@easiest": "mean length on the easiest difficulty",
+    "trap_pass@64": "pass@64 on the trap prompts of the pass@k subset",
+    "wrong_eigen_ratio": "top-1 eigen ratio of the wrong answers' fingerprints",
+}
+
+# ------------------------------------------------------------------------------------------------ claims
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        id="a",
+        text="tight regime: LEAD's AES is above the best tuned global-threshold baseline's, and its accuracy is at "
+        "least plain GRPO's at the same budget",
+        parts=(
+            Comparison(regime="tight", treatment="lead", control=BEST_GLOBAL, metric="aes", relation=">"),
+            Comparison(regime="tight", treatment="lead", control="grpo", metric="accuracy", relation=">="),
+        ),
+    ),
+    Claim(
+        id="b",
+        text="loose regime: LEAD ends shorter than plain GRPO; on the hardest difficulty its accuracy is within 2 "
+        "points of GRPO's; it cuts the easiest problems' length at least as much as the best global-threshold "
+        "baseline",
+        parts=(
+            Comparison(regime="loose", treatment="lead", control="grpo", metric="mean_length", relation="<"),
+            Comparison(
+                regime="loose", treatment="lead", control="grpo", metric="accuracy@hardest", relation=">=", bound=-0.02
+            ),
+            Comparison(
+                regime="loose", treatment="lead", control=BEST_GLOBAL, metric="mean_length@easiest", relation="<="
+            ),
+        ),
+    ),
+    Claim(
+        id="c",
+        text="tight regime: dynamic weighting (lead) is within the interval of the best static ratio (lead_static at "
+        "its tuned ratio), without tuning: AES(lead) - AES(lead_static) >= -0.05",
+        parts=(
+            Comparison(
+                regime="tight", treatment="lead", control="lead_static", metric="aes", relation=">=", bound=-0.05
+            ),
+        ),
+    ),
+    Claim(
+        id="d",
+        text="tight regime: MEDS raises pass@64 on trap prompts over DAPO with pass@1 within 1 point, and lowers "
+        "the top-1 eigen ratio of wrong-answer fingerprints",
+        parts=(
+            Comparison(regime="tight", treatment="meds", control="dapo", metric="trap_pass@64", relation=">"),
+            Comparison(regime="tight", treatment="meds", control="dapo", metric="accuracy", relation=">=", bound=-0.01),
+            Comparison(regime="tight", treatment="meds", control="dapo", metric="wrong_eigen_ratio", relation="<"),
+        ),
+    ),
+    Claim(
+        id="e",
+        text="tight regime: HDBSCAN clustering beats a single cluster per bank (meds vs meds_single_cluster, "
+        "pass@1 = accuracy, the metric of the paper's clustering ablation)",
+        parts=(
+            Comparison(
+                regime="tight", treatment="meds", control="meds_single_cluster", metric="accuracy", relation=">"
+            ),
+        ),
+    ),
+)
+
+
+def verdict(interval: Interval, relation: str, bound: float = 0.0) -> str:
+    """holds / fails / inconclusive of ``difference relation bound`` from the interval (module docstring)."""
+    low, high = interval.low, interval.high
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "inconclusive"
+    holds = {">": low > bound, ">=": low >= bound, "<": high < bound, "<=": high <= bound}[relation]
+    fails = {">": high <= bound, ">=": high < bound, "<": low >= bound, "<=": low > bound}[relation]
+    return "holds" if holds else "fails" if fails else "inconclusive"
+
+
+def _nan_none(x: float) -> float | None:
+    return None if x != x else x
+
+
+def _compare(
+    part: Comparison,
+    runs: Mapping[tuple[str, str], Mapping[int, Mapping[str, Any]]],
+    best_global: Mapping[str, str],
+    *,
+    n_boot: int,
+) -> dict[str, Any]:
+    control = best_global.get(part.regime) if part.control == BEST_GLOBAL else part.control
+    a = runs.get((part.regime, part.treatment), {})
+    b = runs.get((part.regime, control), {}) if control else {}
+    diffs = paired_values(
+        {s: metric_value(ev, part.metric) for s, ev in a.items()},
+        {s: metric_value(ev, part.metric) for s, ev in b.items()},
+    )
+    interval = t_interval(list(diffs.values())) if diffs else Interval(math.nan, math.nan, math.nan, 0)
+    out: dict[str, Any] = {
+        "regime": part.regime,
+        "treatment": part.treatment,
+        "control": control or part.control,
+        "metric": part.metric,
+        "relation": part.relation,
+        "bound": part.bound,
+        "estimate": _nan_none(interval.estimate),
+        "interval": [_nan_none(interval.low), _nan_none(interval.high)],
+        "n": interval.n,
+        "seeds": sorted(diffs),
+        "verdict": verdict(interval, part.relation, part.bound) if interval.n >= MIN_SEEDS else "inconclusive",
+    }
+    if part.control == BEST_GLOBAL and control is None:
+        out["reason"] = "best_global not chosen yet (its tuning has not finished)"
+    elif interval.n < MIN_SEEDS:
+        out["reason"] = f"n = {interval.n} < {MIN_SEEDS} paired seeds"
+    rows = [(metric_per_problem(a[s], part.metric), metric_per_problem(b[s], part.metric)) for s in diffs]
+    if rows and all(x is not None and y is not None and len(x) == len(y) for x, y in rows):
+        boot = hierarchical_bootstrap(np.stack([x - y for x, y in rows]), n_boot=n_boot)  # type: ignore[operator]
+        out["bootstrap_interval"] = [boot.low, boot.high]
+    return out
+
+
+def evaluate_claims(
+    runs: Mapping[tuple[str, str], Mapping[int, Mapping[str, Any]]],
+    best_global: Mapping[str, str],
+    *,
+    claims: tuple[Claim, ...] = CLAIMS,
+    n_boot: int = 2000,
+) -> list[dict[str, Any]]:
+    """Every claim's verdict, estimate and interval (those of its first comparison) and its parts.
+
+    Args:
+        runs: (regime, method) -> {seed: eval.json of the test-split run}.
+        best_global: regime -> the chosen global-threshold baseline.
+    """
+    out = []
+    for claim in claims:
+        parts = [_compare(p, runs, best_global, n_boot=n_boot) for p in claim.parts]
+        verdicts = [p["verdict"] for p in parts]
+        overall = "fails" if "fails" in verdicts else "holds" if all(v == "holds" for v in verdicts) else "inconclusive"
+        entry = {
+            "id": claim.id,
+            "text": claim.text,
+            "verdict": overall,
+            "estimate": parts[0]["estimate"],
+            "interval": parts[0]["interval"],
+            "n": min(p["n"] for p in parts),
+            "parts": parts,
+        }
+        reasons = sorted({p["reason"] for p in parts if "reason" in p})
+        if reasons:
+            entry["reason"] = "; ".join(reasons)
+        out.append(entry)
+    return out

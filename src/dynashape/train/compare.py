@@ -1,0 +1,432 @@
+"""The pre-registered comparison (issue 15): which runs, with which seeds, tuned how; the runner does the rest.
+
+    out/comparison.json                       the command, plan, seeds, machine, wall time (all invocations)
+    out/runs/<regime>/<method>-seed<s>/        test-split runs (``train``'s run folders)
+    out/tuning/<regime>/<method>/<key>=<v>-seed<s>/   validation-split tuning runs
+    out/tuning.json                           every grid value's validation numbers and the value chosen
+    out/runs.json                             one record per finished run (what the results are made from)
+
+Paired seeds: seed ``s`` is ``TrainConfig.seed`` (prompt order, sampling generator, shaper) and the evaluation
+seed ``eval_seed(base, s) = base + 1000 s`` (evaluation samples), for every method alike, so two methods with
+the same seed see the same prompts in the same order and the same base evaluation; seeds are independent
+replicates of RL and evaluation on one shared base model (the warm-up is not replicated).
+
+Tuning: each row whose preset has a grid (``presets.tuning_grids``) trains every grid value on
+``tuning_seeds`` seeds (``TUNING_SEED_OFFSET + i``, disjoint from the test seeds, so a test run never shares a
+trajectory with the run its value was picked on) and evaluates on the *validation* split; ``choose`` picks the
+value. The test split never feeds tuning. ``best_global`` is whichever of ``GLOBAL_THRESHOLD_BASELINES`` has the
+higher validation AES at its chosen value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import platform
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dynashape.train.config import RunConfig
+from dynashape.train.presets import make_train_config, tuning_grids, tuning_overrides
+from dynashape.train.runner import Job, Outcome, default_jobs, prepare, run_jobs
+
+__all__ = [
+    "BEST_GLOBAL",
+    "COMPARISON_PLAN",
+    "GLOBAL_THRESHOLD_BASELINES",
+    "TUNING_SEED_OFFSET",
+    "ComparisonPlan",
+    "RunSpec",
+    "choose",
+    "eval_seed",
+    "run_comparison",
+    "spec_config",
+]
+
+BEST_GLOBAL = "best_global"
+"""A row that stands for the better-tuned of ``GLOBAL_THRESHOLD_BASELINES`` (validation AES)."""
+GLOBAL_THRESHOLD_BASELINES: tuple[str, ...] = ("grpo_length", "gdpo")
+TUNING_SEED_OFFSET = 100
+EVAL_SEED_STRIDE = 1000  # evaluate() also uses eval seed + 1 (pass@k subset): strides keep the streams apart
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComparisonPlan:
+    """Rows (preset names, or ``BEST_GLOBAL``) per budget regime, and the paired seeds of every row."""
+
+    rows: Mapping[str, tuple[str, ...]]
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    tuning_seeds: int = 2
+
+
+LEAD_FAMILY = (
+    "grpo", "grpo_length", "gdpo", "shorterbetter", "drpo", "lead", "lead_static", "lead_min_correct",
+    "lead_mean_all", "lead_upper_only", "cosine", "kimi_length", "pass_rate_linear", "length_zscore",
+)  # fmt: skip
+MEDS_FAMILY = ("dapo", "meds", "meds_single_cluster", "lead_meds")
+COMPARISON_PLAN: Mapping[str, ComparisonPlan] = {
+    # issue 15: the LEAD family (with issue 10's length shapers) and the MEDS family in the tight regime (the
+    # papers' setting); the loose regime limited to grpo, lead, lead_static, shorterbetter and the best
+    # global-threshold baseline, to keep the compute to a few days on 2 cores.
+    "full": ComparisonPlan(
+        rows={
+            "tight": LEAD_FAMILY + MEDS_FAMILY,
+            "loose": ("grpo", "lead", "lead_static", "shorterbetter", BEST_GLOBAL),
+        }
+    ),
+}
+
+
+def eval_seed(base: int, seed: int) -> int:
+    """The evaluation seed of paired seed ``seed`` (``base`` = ``EvalConfig.seed``; seed 0 keeps it)."""
+    return base + EVAL_SEED_STRIDE * seed
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """One run of the comparison: a preset in a regime at a seed, on a split, with tuned overrides."""
+
+    method: str
+    regime: str
+    seed: int
+    split: str = "test"
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    """``make_train_config`` overrides of a grid point (``{"shaper_kwargs": {"beta": 0.03}}``)."""
+
+    @property
+    def point(self) -> str:
+        """``key=value`` of the grid point ('' for none)."""
+        items = [(f"{k}.{kk}", vv) for k, v in self.overrides.items() if isinstance(v, dict) for kk, vv in v.items()]
+        items += [(k, v) for k, v in self.overrides.items() if not isinstance(v, dict)]
+        return ",".join(f"{k.removeprefix('shaper_kwargs.')}={v:g}" for k, v in items)
+
+    def folder(self) -> Path:
+        if self.split == "test":
+            return Path("runs", self.regime, f"{self.method}-seed{self.seed}")
+        return Path("tuning", self.regime, self.method, f"{self.point or 'preset'}-seed{self.seed}")
+
+    def label(self) -> str:
+        point = f" [{self.point}]" if self.point else ""
+        return f"{self.method}{point} {self.regime} seed {self.seed}" + ("" if self.split == "test" else " (tuning)")
+
+
+def spec_config(spec: RunSpec, template: RunConfig, train_overrides: Mapping[str, Any] | None = None) -> RunConfig:
+    """The RunConfig of ``spec``: ``template`` (model, warm-up, task, eval...) with the preset's training
+    config, ``train_overrides`` (e.g. ``steps``) and the grid point on top; the paired evaluation seed."""
+    kw = dict(train_overrides or {})
+    shaper_kwargs = {**kw.pop("shaper_kwargs", {}), **spec.overrides.get("shaper_kwargs", {})}
+    kw.update({k: v for k, v in spec.overrides.items() if k != "shaper_kwargs"})
+    train = make_train_config(spec.method, regime=spec.regime, seed=spec.seed, shaper_kwargs=shaper_kwargs, **kw)
+    ev = dataclasses.replace(template.eval, seed=eval_seed(template.eval.seed, spec.seed), split=spec.split)
+    return dataclasses.replace(template, train=train, eval=ev)
+
+
+# ------------------------------------------------------------------------------------------------ tuning
+def _grid(method: str, regime: str) -> tuple[str, list[dict[str, Any]]]:
+    """(key in --set form, overrides of each grid point) of ``method`` in ``regime``."""
+    from dynashape.train.presets import regime_budget
+
+    ((key, _),) = tuning_grids(regime_budget(regime))[method].items()
+    return key, tuning_overrides(method, regime=regime)
+
+
+def _point_value(overrides: Mapping[str, Any]) -> Any:
+    ((k, v),) = overrides.items()
+    return next(iter(v.values())) if k == "shaper_kwargs" else v
+
+
+def _preset_value(method: str, regime: str, key: str) -> Any:
+    cfg = make_train_config(method, regime=regime)
+    return cfg.shaper_kwargs.get(key.split(".", 1)[1]) if key.startswith("shaper_kwargs.") else getattr(cfg, key)
+
+
+SELECTION_RULE = (
+    "highest mean validation AES over the tuning seeds (a run without an AES counts as -inf); an exact tie goes "
+    "to the preset's own value, then to the earlier grid value"
+)
+
+
+def choose(values: Sequence[Any], aes_per_value: Sequence[Sequence[float | None]], preset_value: Any) -> int:
+    """Index of the chosen grid value (``SELECTION_RULE``).
+
+    Args:
+        values: the grid values.
+        aes_per_value: for each value, the validation AES of each tuning seed (None: undefined).
+        preset_value: the preset's own value (wins exact ties).
+    """
+    if len(values) != len(aes_per_value) or not values:
+        raise ValueError(f"values and aes_per_value must be non-empty and of one length, got {len(values)}")
+
+    def mean(xs: Sequence[float | None]) -> float:
+        clean = [-math.inf if x is None or x != x else float(x) for x in xs]
+        return sum(clean) / len(clean) if clean and -math.inf not in clean else -math.inf
+
+    keys = [(-mean(a), 0 if v == preset_value else 1, i) for i, (v, a) in enumerate(zip(values, aes_per_value))]
+    return min(keys)[2]
+
+
+# --------------------------------------------------------------------------------------------- the plan
+def plan_rows(
+    plan: ComparisonPlan | None, *, methods: Sequence[str] | None, regimes: Sequence[str] | None
+) -> dict[str, tuple[str, ...]]:
+    """regime -> rows: the plan's (filtered by ``methods`` and ``regimes`` when given) or ``methods`` alone."""
+    if plan is None:
+        if not methods:
+            raise ValueError("methods must name at least one preset when no plan is given")
+        return {r: tuple(methods) for r in (regimes or ("tight",))}
+    rows = {r: rows for r, rows in plan.rows.items() if not regimes or r in regimes}
+    if methods:
+        rows = {r: tuple(m for m in ms if m in methods) for r, ms in rows.items()}
+    return {r: ms for r, ms in rows.items() if ms}
+
+
+def _tuned_methods(rows: Sequence[str], tune: bool) -> list[str]:
+    grids = tuning_grids(64)  # which presets have a grid (the values do not matter here)
+    out = [m for m in rows if m in grids] if tune else []
+    if BEST_GLOBAL in rows:
+        out += [m for m in GLOBAL_THRESHOLD_BASELINES if m not in out]
+    return out
+
+
+class _Tuning:
+    """The plan's runs in the order they can start: untuned test rows and tuning runs at once, a tuned row's test
+    runs when its tuning has settled (``BEST_GLOBAL``'s when both candidates' have)."""
+
+    def __init__(
+        self, rows: Mapping[str, Sequence[str]], seeds: Sequence[int], tuning_seeds: int, tune: bool, previous: dict
+    ) -> None:
+        self.ready: list[RunSpec] = []
+        self.groups: dict[tuple[str, str], list[RunSpec]] = {}  # (regime, method) -> its tuning runs
+        self.waiting: dict[tuple[str, str], list[int]] = {}  # (regime, tuned method or BEST_GLOBAL) -> test seeds
+        self.done: dict[tuple[str, str, str, int], dict[str, Any]] = {}  # (regime, method, point, seed) -> record
+        self.results: dict[tuple[str, str], dict[str, Any]] = {}
+        self.out = previous  # tuning.json: regime -> method -> result (and best_global)
+        for regime, methods in rows.items():
+            tuned = _tuned_methods(methods, tune)
+            for method in tuned:
+                self.groups[(regime, method)] = [
+                    RunSpec(method=method, regime=regime, seed=TUNING_SEED_OFFSET + i, split="validation", overrides=p)
+                    for p in _grid(method, regime)[1]
+                    for i in range(tuning_seeds)
+                ]
+                self.ready += self.groups[(regime, method)]
+            for method in methods:
+                if method in tuned or method == BEST_GLOBAL:
+                    self.waiting[(regime, method)] = list(seeds)
+                else:
+                    self.ready += [RunSpec(method=method, regime=regime, seed=s) for s in seeds]
+        self.expected = len(self.ready) + sum(len(s) for s in self.waiting.values())
+
+    def finished(self, spec: RunSpec, record: dict[str, Any], log: Callable[[str], None]) -> list[RunSpec]:
+        """Note a finished run; the test runs its tuning result releases."""
+        key = (spec.regime, spec.method)
+        if spec.split != "validation" or key in self.results:
+            return []
+        self.done[(spec.regime, spec.method, spec.point, spec.seed)] = record
+        result = self._settle(*key)
+        if result is None:
+            return []
+        self.results[key] = result
+        self.out.setdefault(spec.regime, {})[spec.method] = result
+        log(f"tuned {spec.method} {spec.regime}: {result['key']} = {result['chosen']} (grid {result['grid']})")
+        new = [
+            RunSpec(method=spec.method, regime=spec.regime, seed=s, overrides=result["chosen_overrides"])
+            for s in self.waiting.pop(key, [])
+        ]
+        best = self._best_global(spec.regime)
+        if best is not None and (spec.regime, BEST_GLOBAL) in self.waiting:
+            self.out[spec.regime][BEST_GLOBAL] = best
+            log(f"best global-threshold baseline {spec.regime}: {best}")
+            chosen = self.results[(spec.regime, best)]["chosen_overrides"]
+            seeds = self.waiting.pop((spec.regime, BEST_GLOBAL))
+            new += [RunSpec(method=best, regime=spec.regime, seed=s, overrides=chosen) for s in seeds]
+        return new
+
+    def _settle(self, regime: str, method: str) -> dict[str, Any] | None:
+        """The tuning result of (regime, method) once all its runs have finished; None while some have not, or
+        when one failed (a failed run must not lose its grid value the choice: a rerun finishes the tuning)."""
+        group = self.groups[(regime, method)]
+        records = [self.done.get((regime, method, s.point, s.seed)) for s in group]
+        if any(r is None or r["status"] == "failed" for r in records):
+            return None
+        key, points = _grid(method, regime)
+        values = [_point_value(p) for p in points]
+        per_value = []
+        for p, v in zip(points, values):
+            runs = [r for s, r in zip(group, records) if s.overrides == p]
+            per_value.append(
+                {
+                    "value": v,
+                    "overrides": p,
+                    "aes": [r["eval"].get("aes") for r in runs],  # type: ignore[index]
+                    "accuracy": [r["eval"]["final"]["accuracy"] for r in runs],  # type: ignore[index]
+                    "mean_length": [r["eval"]["final"]["mean_length"] for r in runs],  # type: ignore[index]
+                    "seeds": [r["seed"] for r in runs],  # type: ignore[index]
+                }
+            )
+        preset = _preset_value(method, regime, key)
+        i = choose(values, [r["aes"] for r in per_value], preset)
+        aes = [a for a in per_value[i]["aes"] if a is not None]
+        return {
+            "key": key,
+            "grid": values,
+            "preset_value": preset,
+            "chosen": values[i],
+            "chosen_overrides": points[i],
+            "chosen_mean_aes": sum(aes) / len(aes) if len(aes) == len(per_value[i]["aes"]) else None,
+            "values": per_value,
+            "rule": SELECTION_RULE,
+            "split": "validation",
+        }
+
+    def _best_global(self, regime: str) -> str | None:
+        """The global-threshold baseline with the higher mean validation AES (a tie: the first named)."""
+        found = [self.results.get((regime, m)) for m in GLOBAL_THRESHOLD_BASELINES]
+        if any(f is None for f in found):
+            return None
+        scores = [-math.inf if f["chosen_mean_aes"] is None else f["chosen_mean_aes"] for f in found]  # type: ignore[index]
+        return GLOBAL_THRESHOLD_BASELINES[scores.index(max(scores))]
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": default_jobs(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(f".tmp{id(data)}")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
+def _record(outcome: Outcome, spec: RunSpec, out: Path) -> dict[str, Any]:
+    return {
+        "method": spec.method,
+        "regime": spec.regime,
+        "seed": spec.seed,
+        "split": spec.split,
+        "point": spec.point,
+        "overrides": dict(spec.overrides),
+        "run_dir": str(outcome.job.run_dir.relative_to(out)),
+        "status": outcome.status,
+        "seconds": outcome.seconds,
+        "eval": outcome.eval,
+    }
+
+
+def run_comparison(
+    out: str | Path,
+    *,
+    rows: Mapping[str, Sequence[str]],
+    seeds: Sequence[int],
+    template: RunConfig,
+    train_overrides: Mapping[str, Any] | None = None,
+    tuning_seeds: int = 2,
+    tune: bool = True,
+    workers: int | None = None,
+    log: Callable[[str], None] = lambda _: None,
+    command: str | None = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Tune, train and evaluate every row at every seed into ``out``; returns ``{"runs", "tuning", "failed"}``.
+
+    Untuned rows and tuning runs start together; a tuned row's test runs start as soon as its tuning has
+    finished (``BEST_GLOBAL``'s when both candidates' have). ``dry_run`` only lists the runs (as ``log`` lines).
+    """
+    out = Path(out)
+    workers = default_jobs() if workers is None else workers
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    if tuning_seeds < 1:
+        raise ValueError(f"tuning_seeds must be >= 1, got {tuning_seeds}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    previous = out / "tuning.json"
+    plan = _Tuning(rows, seeds, tuning_seeds, tune, json.loads(previous.read_text()) if previous.exists() else {})
+    expected = plan.expected
+    if dry_run:
+        for spec in plan.ready:
+            log(f"run {spec.label()} -> {spec.folder()}")
+        for (regime, method), s in plan.waiting.items():
+            log(f"run {method} {regime} seeds {','.join(map(str, s))} at the tuned value (after tuning)")
+        later = expected - len(plan.ready)
+        log(f"{expected} runs in all ({len(plan.ready)} ready, {later} after tuning), {workers} jobs")
+        return {"runs": [], "tuning": {}, "failed": [], "expected": expected}
+
+    out.mkdir(parents=True, exist_ok=True)
+    meta_path = out / "comparison.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"invocations": []}
+    meta.update(
+        {
+            "command": command or " ".join(sys.argv),
+            "rows": {r: list(m) for r, m in rows.items()},
+            "seeds": list(seeds),
+            "tuning_seeds": tuning_seeds,
+            "tuned": tune,
+            "jobs": workers,
+            "machine": machine(),
+            "selection_rule": SELECTION_RULE,
+        }
+    )
+    invocation = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "wall_seconds": None}
+    meta["invocations"].append(invocation)
+    _write_json(meta_path, meta)
+    start = time.perf_counter()
+
+    by_job: dict[Path, RunSpec] = {}
+
+    def job(spec: RunSpec) -> Job:
+        run_dir = out / spec.folder()
+        by_job[run_dir] = spec
+        return Job(spec.label(), spec_config(spec, template, train_overrides), run_dir)
+
+    # every run of the plan shares the base model; each seed and split has its own base evaluation
+    every = [job(s) for s in plan.ready] + [
+        job(RunSpec(method="grpo", regime=r, seed=s)) for (r, _), ss in plan.waiting.items() for s in ss
+    ]
+    log(f"{expected} runs in all, {workers} parallel jobs; preparing the base model and base evaluations")
+    prepare((j.cfg for j in every), log=log)
+
+    records: list[dict[str, Any]] = []
+    # records of runs outside this invocation (another --methods subset) stay in runs.json while they exist
+    old = json.loads((out / "runs.json").read_text()) if (out / "runs.json").exists() else []
+    ours = {str(j.run_dir.relative_to(out)) for j in every}
+    kept = [r for r in old if r["run_dir"] not in ours and (out / r["run_dir"] / "eval.json").exists()]
+    failed: list[str] = []
+
+    def then(outcome: Outcome) -> list[Job]:
+        spec = by_job[outcome.job.run_dir]
+        records.append(_record(outcome, spec, out))
+        if outcome.status == "failed":
+            failed.append(f"{outcome.job.label}: {outcome.error}")
+        merged = {r["run_dir"]: r for r in kept} | {r["run_dir"]: r for r in records}
+        ordered = sorted(merged.values(), key=lambda r: (r["split"], r["regime"], r["method"], r["seed"], r["point"]))
+        _write_json(out / "runs.json", ordered)
+        settled = len(plan.results)
+        new = plan.finished(spec, records[-1], log)
+        if len(plan.results) > settled:
+            _write_json(out / "tuning.json", plan.out)
+        return [job(s) for s in new]
+
+    run_jobs([job(s) for s in plan.ready], workers=workers, log=log, then=then, expected=expected)
+    for (regime, method), ss in plan.waiting.items():  # tuning that never finished (a failed run): said aloud
+        failed.append(f"{method} {regime} seeds {ss}: not run, its tuning did not finish")
+    invocation["wall_seconds"] = time.perf_counter() - start
+    meta["wall_seconds"] = sum(i["wall_seconds"] or 0.0 for i in meta["invocations"])
+    _write_json(meta_path, meta)
+    log(f"comparison {'complete' if not failed else 'incomplete'}: {len(records)} runs, {len(failed)} problems")
+    for line in failed:
+        log(f"  {line}")
+    return {"runs": records, "tuning": plan.out, "failed": failed, "expected": expected}

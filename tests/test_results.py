@@ -1,0 +1,139 @@
+"""results.md / results.json / plots from a comparison folder's files (hand-made runs, no training)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dynashape.report.results import write_results
+from dynashape.report.results_page import CLAIMS_BEGIN, CLAIMS_END
+
+
+def _ev(acc, length, aes, lam=False):
+    n_correct = [round(acc * 4)] * 4
+    final = {
+        "accuracy": acc,
+        "mean_length": length,
+        "n_samples": 4,
+        "pass_at_k": {"1": acc, "2": min(1.0, acc + 0.1), "4": min(1.0, acc + 0.2)},
+        "per_difficulty": {
+            "1": {"accuracy": acc, "mean_length": length},
+            "2": {"accuracy": acc, "mean_length": length},
+        },
+        "per_problem": {
+            "difficulty": [1, 1, 2, 2],
+            "is_trap": [False, True, False, True],
+            "n_correct": n_correct,
+            "mean_length": [length] * 4,
+        },
+        "pass_at_k_hard": {"1": 0.1, "2": 0.2, "4": 0.3},
+        "per_problem_hard": {"difficulty": [2, 2], "is_trap": [True, False], "n_correct": [1, 0], "n_samples": 4},
+    }
+    ev = {"aes": aes, "base": {"accuracy": 0.5, "mean_length": 40.0}, "final": final, "wall_seconds": 3.0}
+    if lam:
+        ev["lambda_trajectory"] = {"step": [1, 2], "lambda_c": [0.9, 0.8], "lambda_l": [0.1, 0.2]}
+    return ev
+
+
+ACC = {"grpo": [0.5, 0.5, 0.75], "lead": [0.75, 0.75, 0.75], "gdpo": [0.5, 0.25, 0.5], "grpo_length": [0.5] * 3}
+LEN = {"grpo": [40.0, 42.0, 44.0], "lead": [30.0, 31.0, 29.0], "gdpo": [35.0] * 3, "grpo_length": [36.0] * 3}
+AES = {"grpo": [0.0, 0.01, 0.02], "lead": [0.3, 0.35, 0.4], "gdpo": [0.1, 0.12, 0.1], "grpo_length": [0.05] * 3}
+
+
+@pytest.fixture
+def folder(tmp_path):
+    out = tmp_path / "comparison"
+    out.mkdir()
+    records = []
+    for method in ACC:
+        for s in range(3):
+            records.append(
+                {
+                    "method": method,
+                    "regime": "tight",
+                    "seed": s,
+                    "split": "test",
+                    "point": "",
+                    "run_dir": f"runs/tight/{method}-seed{s}",
+                    "status": "trained",
+                    "eval": _ev(ACC[method][s], LEN[method][s], AES[method][s], lam=method == "lead"),
+                }
+            )
+    (out / "runs.json").write_text(json.dumps(records))
+    tuning = {
+        "tight": {
+            m: {"key": "k", "grid": [1, 2, 3], "chosen": 2, "chosen_mean_aes": score, "values": []}
+            for m, score in (("gdpo", 0.2), ("grpo_length", 0.1))
+        }
+    }
+    tuning["tight"]["best_global"] = "gdpo"
+    (out / "tuning.json").write_text(json.dumps(tuning))
+    (out / "comparison.json").write_text(
+        json.dumps({"command": "dynashape compare --plan full", "wall_seconds": 3723.0, "machine": {"cpus": 2}})
+    )
+    return out
+
+
+def test_results_json_has_the_issues_shape_and_the_numbers(folder, tmp_path):
+    report = tmp_path / "docs" / "results.md"
+    written = write_results(folder, report, n_boot=200)
+    data = json.loads(report.with_suffix(".json").read_text())
+    assert report.with_suffix(".json") in written and report in written
+    run = next(r for r in data["runs"] if r["method"] == "lead" and r["seed"] == 2)
+    assert run["regime"] == "tight" and run["base"] == {"accuracy": 0.5, "mean_length": 40.0}
+    assert {"accuracy", "mean_length", "pass_at_k", "per_difficulty"} <= set(run["final"]) and run["aes"] == 0.4
+    assert {c["id"] for c in data["claims"]} == {"a", "b", "c", "d", "e"}
+    for c in data["claims"]:
+        assert c["verdict"] in ("holds", "fails", "inconclusive") and len(c["interval"]) == 2 and "estimate" in c
+    # three seeds so far: every claim waits for five
+    assert all(c["verdict"] == "inconclusive" for c in data["claims"])
+    (a,) = [c for c in data["claims"] if c["id"] == "a"]
+    assert a["parts"][0]["control"] == "gdpo" and a["estimate"] == pytest.approx((0.2 + 0.23 + 0.3) / 3)
+    lead = next(r for r in data["summary"] if r["method"] == "lead")
+    assert lead["n"] == 3 and lead["mean_length"]["mean"] == pytest.approx(30.0)
+    assert lead["mean_length"]["sd"] == pytest.approx(1.0)  # 30, 31, 29
+    # paired differences against grpo and against the best tuned baseline (gdpo: higher validation AES)
+    d = next(x for x in data["differences"] if x["method"] == "lead" and x["versus"] == "grpo" and x["metric"] == "aes")
+    assert d["estimate"] == pytest.approx((0.3 + 0.34 + 0.38) / 3) and d["n"] == 3
+    assert any(x["versus"] == "gdpo" and x["role"] == "best tuned baseline" for x in data["differences"])
+    assert data["wall_seconds"] == 3723.0 and data["command"] == "dynashape compare --plan full"
+    # per difficulty: lead's accuracy on difficulty 2 is 0.75 on every seed; grpo's 0.5, 0.5, 0.75
+    d2 = next(x for x in data["per_difficulty"] if x["method"] == "lead" and x["difficulty"] == 2)
+    assert d2["accuracy"]["mean"] == pytest.approx(0.75) and d2["accuracy"]["sd"] == 0.0
+    assert d2["accuracy"]["bootstrap_interval"] == pytest.approx([0.75, 0.75])  # every problem 3 of 4
+    assert d2["accuracy"]["vs_grpo"]["estimate"] == pytest.approx((0.25 + 0.25 + 0.0) / 3)
+    lo, hi = d2["accuracy"]["vs_grpo"]["bootstrap_interval"]
+    assert 0.0 <= lo <= hi <= 0.25  # the paired per-problem differences are 0.25 or 0
+
+
+def test_markdown_keeps_the_claims_verbatim_and_says_partial(folder, tmp_path):
+    report = tmp_path / "results.md"
+    mine = "## Claims (pre-registered)\n\nOur own words, committed before the runs: 1 < 2.\n"
+    report.write_text(f"# old page\n\n{CLAIMS_BEGIN}\n{mine}{CLAIMS_END}\n\nold numbers\n")
+    write_results(folder, report, n_boot=200)
+    text = report.read_text()
+    assert f"{CLAIMS_BEGIN}\n{mine}{CLAIMS_END}" in text and "old numbers" not in text
+    assert "3 seeds so far" in text and "inconclusive (n < 5)" in text
+    assert "1 h 02 min" in text  # 3723 s
+    assert "Published" in text or "published" in text
+    # regenerating is stable: the claims stay, once
+    write_results(folder, report, n_boot=200)
+    assert report.read_text().count(CLAIMS_BEGIN) == 1 and mine in report.read_text()
+
+
+def test_plots_are_written_beside_the_page(folder, tmp_path):
+    pytest.importorskip("matplotlib")
+    report = tmp_path / "results.md"
+    write_results(folder, report, n_boot=200)
+    names = sorted(p.name for p in (tmp_path / "results").iterdir())
+    assert names == ["frontier_tight.png", "lambdas_tight.png", "passk_tight.png"]
+    assert "](results/frontier_tight.png)" in report.read_text()
+
+
+def test_an_empty_folder_gives_a_page_without_numbers(tmp_path):
+    report = tmp_path / "results.md"
+    write_results(tmp_path, report, n_boot=10)
+    data = json.loads(report.with_suffix(".json").read_text())
+    assert data["runs"] == [] and all(c["n"] == 0 for c in data["claims"])
+    assert "## Claims (pre-registered)" in report.read_text()
