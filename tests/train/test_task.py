@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 import statistics
@@ -275,7 +276,7 @@ def test_bare_answer_share_and_merged_share_cannot_exceed_one(field):
 def test_a_check_works_its_step_again_on_the_line_below(p, seed):
     """Every check line repeats the operands of the step line above it with the right result."""
     lines = teacher_trace(p, random.Random(seed), CFG, careful=True, shortcut="none", filler=False).text.split("\n")
-    for above, line in zip(lines, lines[1:]):
+    for above, line in itertools.pairwise(lines):
         if line.startswith("check "):
             assert above.split("=")[0] == line.removeprefix("check ").split("=")[0]
             assert _arithmetic_true(line), line

@@ -125,8 +125,15 @@ class ChainTaskConfig:
         for name in ("n_validation_per_difficulty", "n_test_per_difficulty"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        probs = ("trap_prob", "slip_prob", "check_prob", "paren_prob", "direct_prob_easy", "direct_prob_hard",
-                 "merged_prob")
+        probs = (
+            "trap_prob",
+            "slip_prob",
+            "check_prob",
+            "paren_prob",
+            "direct_prob_easy",
+            "direct_prob_hard",
+            "merged_prob",
+        )
         fillers = tuple(f"{kind}_{trait}" for kind in ("restate", "repeat") for trait in VERBOSITY)
         for name in probs + fillers:
             value = getattr(self, name)
