@@ -46,8 +46,8 @@ def test_set_reaches_every_section():
     assert cfg.train.shaper_kwargs == {"b_max": 80, "l_min": regime_budget("tight") // 4}
     # untouched sections keep their defaults; --warmup-steps still works beside warmup.*
     assert cfg.train.steps == RunConfig().train.steps
-    both = _cfg("warmup.lr=1e-3", extra=("--warmup-steps", "7"))
-    assert (both.warmup.steps, both.warmup.lr) == (7, 1e-3)
+    both = _cfg("warmup.lr=2e-3", extra=("--warmup-steps", "7"))
+    assert (both.warmup.steps, both.warmup.lr) == (7, 2e-3)
 
 
 @pytest.mark.parametrize(

@@ -344,3 +344,15 @@ def test_the_command_killed_for_real_resumes(base_cache, tmp_path):
     assert len(list(out.glob("runs/tight/*/eval.json"))) == 6
     assert {p: p.stat().st_mtime_ns for p in finished} == finished
     assert rerun.stdout.count(" reused ") == len(finished)
+
+
+def test_runs_start_seed_major_so_a_stopped_comparison_holds_paired_seeds():
+    from dynashape.train.compare import _Tuning
+
+    plan = _Tuning({"tight": ("grpo", "lead", "shorterbetter"), "loose": ("grpo",)}, [3, 0, 1], 2, True, {})
+    ranks = [([3, 0, 1].index(s.seed) if s.split == "test" else s.seed - 100) for s in plan.ready]
+    assert ranks == sorted(ranks)  # every row's first seed, then every row's second, ...
+    first = [(s.regime, s.method, s.split) for s in plan.ready if s.seed in (3, 100)]
+    assert ("tight", "grpo", "test") in first and ("tight", "lead", "test") in first
+    assert ("loose", "grpo", "test") in first and ("tight", "shorterbetter", "validation") in first
+    assert [s.seed for s in plan.ready if s.method == "lead"] == [3, 0, 1]

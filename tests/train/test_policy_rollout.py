@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
 from dynashape.train.policy import (
     ModelConfig,
     WarmupConfig,
+    _bucketed_batches,
     build_policy,
     encode_sft_batch,
     load_or_train_base,
@@ -190,3 +193,21 @@ def test_sample_validation(model, tok, kw, value):
     args = {"max_new_tokens": 4, "eos_token_id": 2, "pad_token_id": 0, kw: value}
     with pytest.raises(ValueError, match=kw):
         sample(model, ids, mask, **args)
+
+
+def test_warmup_batches_group_by_problem_never_by_the_drawn_trace():
+    """Batches are cut from traces sorted by (difficulty, prompt length): the trace's own habits stay independent
+    draws within a batch. Sorted by trace length (chain-v2), the bare answers filled batches of their own."""
+    cfg = ChainTaskConfig(n_train=400, n_validation_per_difficulty=2, n_test_per_difficulty=2,
+                          direct_prob_easy=0.3, direct_prob_hard=0.3)  # fmt: skip
+    train, _ = make_splits(cfg)
+    batches = _bucketed_batches(random.Random(0), train, cfg, batch_size=8, buckets=16)
+    assert len(batches) == 16 and all(len(b[0]) == len(b[1]) == 8 for b in batches)
+    keys = sorted((p.difficulty, len(p.prompt)) for b in batches for p in b[0])
+    for problems, _ in batches:  # each batch is a contiguous slice of the problems' sorted order
+        own = [(p.difficulty, len(p.prompt)) for p in problems]
+        assert own == sorted(own)
+        assert any(keys[i : i + 8] == own for i in range(0, len(keys) - 7))
+    bare = [sum(r.startswith("\\boxed") for r in responses) for _, responses in batches]
+    assert 0.15 < sum(bare) / 128 < 0.45  # about 30 % bare answers in all...
+    assert max(bare) < 8  # ...and no batch made of bare answers only (a trace-length sort gives several)

@@ -220,6 +220,10 @@ class _Tuning:
                     self.waiting[(regime, method)] = list(seeds)
                 else:
                     self.ready += [RunSpec(method=method, regime=regime, seed=s) for s in seeds]
+        # Seed-major start order (a stable sort on the seed's rank: every row's first seed, then every row's
+        # second...), so that a comparison stopped part-way holds paired seeds across rows, not five seeds of a few.
+        rank = {s: i for i, s in enumerate(seeds)} | {TUNING_SEED_OFFSET + i: i for i in range(tuning_seeds)}
+        self.ready.sort(key=lambda spec: rank[spec.seed])
         self.expected = len(self.ready) + sum(len(s) for s in self.waiting.values())
 
     def finished(self, spec: RunSpec, record: dict[str, Any], log: Callable[[str], None]) -> list[RunSpec]:
