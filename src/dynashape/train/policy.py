@@ -73,14 +73,14 @@ class WarmupConfig:
     """Supervised warm-up on teacher traces that produces the base model."""
 
     steps: int = 4800
-    """Optimiser steps (0 keeps the random initialisation). Base accuracy on the validation split, the same number of traces
-    each (38 400): chain-v2 with batches sorted by trace length: 1200 x 32 at lr 3e-3 0.22 (its audit), at
-    1.5e-3 0.31, at 1e-3 0.27, at 6e-3 0.02 (did not learn); 2400 x 16 at 1.5e-3 0.40; chain-v3 with batches
-    sorted by problem: 2400 x 16 at 1.5e-3 0.45, 4800 x 8 at 1e-3 0.48 (4 samples per problem, cap 160;
-    the first from the audit's 8 at cap 256). More, smaller steps at a lower rate learn more per trace. 3600 x 8
-    (with 32 batches per bucket) reached 0.37 and lost the one-operation bare answers (right 6 % of the time
-    where 4800 steps get 89 %): the default keeps 4800 steps (421 s on 2 idle cores) and the RL defaults were
-    shortened to keep the main job within 10 minutes."""
+    """Optimiser steps (0 keeps the random initialisation). Base accuracy on the validation split, the
+    same number of traces each (38 400): chain-v2 with batches sorted by trace length: 1200 x 32 at lr 3e-3
+    0.22 (its audit), at 1.5e-3 0.31, at 1e-3 0.27, at 6e-3 0.02 (did not learn); 2400 x 16 at 1.5e-3 0.40;
+    chain-v3 with batches sorted by problem: 2400 x 16 at 1.5e-3 0.45, 4800 x 8 at 1e-3 0.48 (4 samples per
+    problem, cap 160; the first from the audit's 8 at cap 256). More, smaller steps at a lower rate learn
+    more per trace. 3600 x 8 (with 32 batches per bucket) reached 0.37 and lost the one-operation bare
+    answers (right 6 % of the time where 4800 steps get 89 %): the default keeps 4800 steps (421 s on 2 idle
+    cores) and the RL defaults were shortened to keep the main job within 10 minutes."""
     batch_size: int = 8
     """Traces per step."""
     lr: float = 1e-3
