@@ -114,3 +114,23 @@ def test_cli_overrides_and_defaults():
         _overrides(["lr"])
     args = build_parser().parse_args(["train"])
     assert args.method == "lead" and args.device == "cpu" and args.model is None
+
+
+def test_report_names_plain_grpo_from_the_committed_comparison_or_says_it_has_none(tmp_path):
+    from dynashape.report.markdown import _grpo_reference
+
+    results = tmp_path / "results.json"
+    lead = {"method": "lead", "regime": "tight"}
+    assert "no `grpo` run in the tight regime yet" in _grpo_reference(lead, results)  # no file
+    runs = [
+        {"method": "grpo", "regime": "tight", "seed": s, "base": {"mean_length": 60.0},
+         "final": {"accuracy": acc, "mean_length": length}}
+        for s, acc, length in ((0, 0.5, 54.0), (1, 0.6, 48.0))
+    ] + [{"method": "grpo", "regime": "loose", "seed": 0, "base": {"mean_length": 60.0},
+          "final": {"accuracy": 0.9, "mean_length": 90.0}}]  # fmt: skip
+    results.write_text(json.dumps({"runs": runs}))
+    text = _grpo_reference(lead, results)
+    # mean over the tight seeds only: accuracy (0.5 + 0.6) / 2, length (54 + 48) / 2 = 51 = 85 % of 60
+    assert "seeds 0, 1" in text and "accuracy 0.550" in text and "mean length 51.0 tokens (85% of base)" in text
+    loose = _grpo_reference({"method": "lead", "regime": "loose"}, results)
+    assert "seeds 0;" in loose and "accuracy 0.900" in loose and "--regime loose" in loose

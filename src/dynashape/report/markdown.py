@@ -49,14 +49,39 @@ def _world_lines(evaluation: dict[str, Any]) -> list[str]:
                 ),
             ]
     if evaluation.get("method") != "grpo":
-        lines += [
-            "",
-            "Beside plain `grpo` on the same world and regime: the comparison issue has not committed its results "
-            "yet, so this report cannot show them; docs/world.md records one seed of `grpo` and `lead` per regime "
-            f"(not a comparison). `dynashape train --method grpo{_regime_flag(evaluation)}` runs it.",
-        ]
+        lines += ["", _grpo_reference(evaluation)]
     lines.append("")
     return lines
+
+
+RESULTS_JSON = Path(__file__).resolve().parents[3] / "docs" / "results.json"
+"""The comparison's committed results (issue 15) in a source checkout; absent from an installed wheel."""
+
+
+def _grpo_reference(evaluation: dict[str, Any], results: Path | None = None) -> str:
+    """Plain ``grpo`` on the same world and regime, from the comparison's committed results, named as such."""
+    path = RESULTS_JSON if results is None else results
+    regime = evaluation.get("regime", "tight")
+    runs = []
+    if path.exists():
+        runs = [
+            r for r in json.loads(path.read_text()).get("runs", []) if r["method"] == "grpo" and r["regime"] == regime
+        ]
+    how = f"`dynashape train --method grpo{_regime_flag(evaluation)}` runs one seed of it."
+    if not runs:
+        return (
+            f"Beside plain `grpo` on the same world and regime: the comparison's committed results ({path.name}) hold "
+            f"no `grpo` run in the {regime} regime yet, so this report cannot show it. {how}"
+        )
+    seeds = sorted(r["seed"] for r in runs)
+    acc = sum(r["final"]["accuracy"] for r in runs) / len(runs)
+    length = sum(r["final"]["mean_length"] for r in runs) / len(runs)
+    base = sum(r["base"]["mean_length"] for r in runs) / len(runs)
+    return (
+        f"Beside plain `grpo` on the same world and regime, from the comparison's committed results "
+        f"(docs/results.json, seeds {', '.join(map(str, seeds))}; mean over seeds): accuracy {acc:.3f}, "
+        f"mean length {length:.1f} tokens ({length / base:.0%} of base). {how}"
+    )
 
 
 def _regime_flag(evaluation: dict[str, Any]) -> str:
