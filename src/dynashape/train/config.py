@@ -52,13 +52,13 @@ class TrainConfig:
     """Columns of ``RolloutBatch.rewards`` (names from REWARD_COLUMNS); () passes rewards=None."""
     length_threshold: int = 32
     """T of the ``correct_short`` column (tokens)."""
-    steps: int = 60
-    """RL steps. 60 (100 before chain-v3): the main job (warm-up 421 s, RL steps of about 2.4 s, two
+    steps: int = 50
+    """RL steps. 50 (100 before chain-v3): the main job (warm-up about 430 s, RL steps of about 2.4 s, two
     evaluations) must finish within 10 minutes on 2 cores from an empty cache, and the world needs the longer
-    warm-up (``WarmupConfig.steps``)."""
-    prompt_pool: int | None = 120
+    warm-up (``WarmupConfig.steps``); with 60 steps it took 619 s."""
+    prompt_pool: int | None = 100
     """RL prompts come from the first this-many training problems (None: all). MEDS remembers errors per
-    prompt, so prompts must recur: 60 steps x 16 prompts visit each of 120 prompts 8 times (more under
+    prompt, so prompts must recur: 50 steps x 16 prompts visit each of 100 prompts 8 times (more under
     dynamic sampling), while with all 20000 no prompt is ever seen twice and the memory penalty never fires."""
     prompts_per_step: int = 16
     """Prompts per step (after dynamic sampling when it is on)."""
