@@ -74,7 +74,7 @@ def test_resume_is_bit_identical(method, mini_batches, tiny_config, parity_verif
     # shortcut-heavy teacher: the tiny model learns to open with \\boxed{, so MEDS gets fingerprints
     cfg = tiny_config(
         method,
-        task_kw={"direct_prob": 0.9, "merged_prob": 0.0, "slip_prob": 0.1},
+        task_kw={"direct_prob_easy": 0.9, "direct_prob_hard": 0.9, "merged_prob": 0.0, "slip_prob": 0.1},
         steps=4,
         checkpoint_every=2,
         mini_batches=mini_batches,
