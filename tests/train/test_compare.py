@@ -38,16 +38,14 @@ def compared(tmp_path_factory, base_cache):
     out = tmp_path_factory.mktemp("compare")
     template = _template(base_cache)
     lines: list[str] = []
-    result = run_comparison(
-        out,
-        rows={"tight": ("grpo", "lead")},
-        seeds=[0, 1],
-        template=template,
-        train_overrides=TINY_TRAIN,
-        workers=2,
-        log=lines.append,
-    )
+    result = _tiny_comparison(out, template, log=lines.append)
     return out, template, result, lines
+
+
+def _tiny_comparison(out, template, **kw):
+    """grpo and lead x seeds 0, 1 x TINY_TRAIN's steps, two spawned workers."""
+    rows = {"tight": ("grpo", "lead")}
+    return run_comparison(out, rows=rows, seeds=[0, 1], template=template, train_overrides=TINY_TRAIN, workers=2, **kw)
 
 
 def _template(base_cache):
@@ -124,14 +122,7 @@ def test_a_killed_comparison_resumes_without_retraining_finished_runs(compared, 
     (killed / "eval.json").unlink()
     shutil.rmtree(killed / "checkpoints" / "step_2")
     kept = {p: p.stat().st_mtime_ns for p in again.glob("runs/tight/*/eval.json")}
-    result = run_comparison(
-        again,
-        rows={"tight": ("grpo", "lead")},
-        seeds=[0, 1],
-        template=template,
-        train_overrides=TINY_TRAIN,
-        workers=2,
-    )
+    result = _tiny_comparison(again, template)
     status = {(r["method"], r["seed"]): r["status"] for r in result["runs"]}
     assert status == {("grpo", 0): "reused", ("grpo", 1): "reused", ("lead", 0): "reused", ("lead", 1): "resumed"}
     assert {p: p.stat().st_mtime_ns for p in kept} == kept, "finished runs are not trained again"
