@@ -347,3 +347,34 @@ def test_runs_start_seed_major_so_a_stopped_comparison_holds_paired_seeds():
     assert ("tight", "grpo", "test") in first and ("tight", "lead", "test") in first
     assert ("loose", "grpo", "test") in first and ("tight", "shorterbetter", "validation") in first
     assert [s.seed for s in plan.ready if s.method == "lead"] == [3, 0, 1]
+
+
+def test_a_superset_killed_before_it_reaches_earlier_runs_keeps_their_records(tmp_path, base_cache, monkeypatch):
+    """runs.json after `--methods grpo,lead --seeds 0,` then a larger plan killed after one new run: the earlier
+    records stay (the larger plan would only have reused them), so results made from runs.json lose nothing."""
+    from dynashape.train import compare
+    from dynashape.train.runner import Outcome
+
+    template = _template(base_cache)
+    out = tmp_path / "cmp"
+    earlier = []
+    for method in ("grpo", "lead"):  # what the first invocation recorded, with its finished run folders
+        run_dir = out / "runs" / "tight" / f"{method}-seed0"
+        run_dir.mkdir(parents=True)
+        (run_dir / "eval.json").write_text("{}")
+        earlier.append({"method": method, "regime": "tight", "seed": 0, "split": "test", "point": "",
+                        "overrides": {}, "run_dir": f"runs/tight/{method}-seed0", "status": "trained",
+                        "seconds": 1.0, "eval": {"aes": 1.0}})  # fmt: skip
+    (out / "runs.json").write_text(json.dumps(earlier))
+
+    def killed_after_one_new_run(jobs, *, workers, log, then, expected):  # the runner, killed early
+        new = next(j for j in jobs if "drpo" in str(j.run_dir))
+        then(Outcome(new, "trained", eval={"aes": 0.5}, seconds=2.0))
+        return []
+
+    monkeypatch.setattr(compare, "run_jobs", killed_after_one_new_run)
+    monkeypatch.setattr(compare, "prepare", lambda configs, log: 0)
+    run_comparison(out, rows={"tight": ("grpo", "lead", "drpo")}, seeds=[0], template=template, workers=2)
+    records = json.loads((out / "runs.json").read_text())
+    assert sorted(r["method"] for r in records) == ["drpo", "grpo", "lead"]
+    assert {r["method"]: r["eval"]["aes"] for r in records} == {"drpo": 0.5, "grpo": 1.0, "lead": 1.0}

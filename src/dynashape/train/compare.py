@@ -404,10 +404,11 @@ def run_comparison(
     prepare((j.cfg for j in every), log=log)
 
     records: list[dict[str, Any]] = []
-    # records of runs outside this invocation (another --methods subset) stay in runs.json while they exist
+    # finished runs recorded by earlier invocations stay in runs.json while their eval.json exists, also those
+    # this invocation will reach again (reused: the same record then replaces them): a comparison killed before
+    # it gets back to them must not drop them
     old = json.loads((out / "runs.json").read_text()) if (out / "runs.json").exists() else []
-    ours = {str(j.run_dir.relative_to(out)) for j in every}
-    kept = [r for r in old if r["run_dir"] not in ours and (out / r["run_dir"] / "eval.json").exists()]
+    kept = [r for r in old if (out / r["run_dir"] / "eval.json").exists()]
     failed: list[str] = []
 
     def then(outcome: Outcome) -> list[Job]:
