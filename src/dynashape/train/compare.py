@@ -309,9 +309,14 @@ def machine() -> dict[str, Any]:
     }
 
 
-def _write_json(path: Path, data: Any) -> None:
+def _write_json(path: Path, data: Any, *, compact: bool = False) -> None:
+    """Write atomically; ``compact``: one line per list item (runs.json repeats every run's eval and is kept in
+    git, where the indented form of 187 runs would be ~5 MB)."""
     tmp = path.with_suffix(f".tmp{id(data)}")
-    tmp.write_text(json.dumps(data, indent=1))
+    if compact:
+        tmp.write_text("[\n" + ",\n".join(json.dumps(x, separators=(",", ":")) for x in data) + "\n]\n")
+    else:
+        tmp.write_text(json.dumps(data, indent=1))
     tmp.replace(path)
 
 
@@ -418,7 +423,7 @@ def run_comparison(
             failed.append(f"{outcome.job.label}: {outcome.error}")
         merged = {r["run_dir"]: r for r in kept} | {r["run_dir"]: r for r in records}
         ordered = sorted(merged.values(), key=lambda r: (r["split"], r["regime"], r["method"], r["seed"], r["point"]))
-        _write_json(out / "runs.json", ordered)
+        _write_json(out / "runs.json", ordered, compact=True)
         settled = len(plan.results)
         new = plan.finished(spec, records[-1], log)
         if len(plan.results) > settled:
