@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from launcher import kill_group, run_launcher
+
 pytest.importorskip("trl")
 
 HERE = Path(__file__).resolve().parent
@@ -53,8 +55,8 @@ def _env() -> dict[str, str]:
 
 def launch_two(out: Path, *extra: str) -> None:
     cmd = _launch_cmd(out, _free_port(), *extra)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=_env(), check=False)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    returncode, output = run_launcher(cmd, env=_env(), timeout=300)
+    assert returncode == 0, output[-6000:]
 
 
 @pytest.fixture(scope="module")
@@ -113,13 +115,17 @@ def test_two_nodes_with_node_local_disks_each_get_the_state(tmp_path):
     for rank, (node, log) in enumerate(zip(nodes, logs, strict=True)):
         cmd = _launch_cmd(node, port, "--save-on-each-node", machines=2, machine_rank=rank)
         with open(log, "w") as handle:  # files, not pipes: a full pipe would stall one node and hang the other
-            procs.append(subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, text=True, env=_env()))
+            procs.append(
+                subprocess.Popen(
+                    cmd, stdout=handle, stderr=subprocess.STDOUT, text=True, env=_env(), start_new_session=True
+                )
+            )
     try:
-        codes = [p.wait(timeout=240) for p in procs]
+        codes = [p.wait(timeout=300) for p in procs]
     finally:
         for p in procs:
             if p.poll() is None:
-                p.kill()
+                kill_group(p)  # the launcher and its workers: no orphan keeps the port for the next test
     for code, log in zip(codes, logs, strict=True):
         assert code == 0, log.read_text()[-6000:]
     finals = [_load(node / f"rank{r}.pt") for r, node in enumerate(nodes)]

@@ -20,28 +20,47 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from launcher import run_launcher
+
 pytest.importorskip("deepspeed")
 
 ROOT = Path(__file__).resolve().parents[2]
+LAUNCH_TIMEOUT_S = 300  # each run takes 10-30 s on 2 idle cores once DeepSpeed's op is built
+
+
+@pytest.fixture(scope="module", autouse=True)
+def deepspeed_cpu_op_built():
+    """DeepSpeed on the CPU JIT-compiles its shared-memory collective op (``deepspeed_shm_comm``) in the first
+    process that initialises ``deepspeed.comm``: 25 s on 2 idle cores, 150 s on a loaded one. Built here, once per
+    environment (under the venv, so that no other checkout's build or stale lock is shared) and outside the
+    launches' timeouts; the launched workers find it built through TORCH_EXTENSIONS_DIR."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
+        code = (
+            "from deepspeed.accelerator import get_accelerator\n"
+            "builder = get_accelerator().create_op_builder('ShareMemCommBuilder')\n"
+            "assert builder is not None and builder.load() is not None\n"
+        )
+        env = {**os.environ, "DS_ACCELERATOR": "cpu"}
+        code_rc, output = run_launcher([sys.executable, "-c", code], env=env, timeout=1200)
+        assert code_rc == 0, output[-6000:]
+        yield
 
 
 def test_zero3_two_processes_equal_unsharded():
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    proc = subprocess.run(
-        [*cmd, str(ROOT / "tests" / "meds" / "sharded_worker.py"), "--mode", "zero3"],
-        capture_output=True, text=True, timeout=180, env=env, check=False,
-    )  # fmt: skip
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-6000:]
+    returncode, output = run_launcher(
+        [*cmd, str(ROOT / "tests" / "meds" / "sharded_worker.py"), "--mode", "zero3"], env=env, timeout=LAUNCH_TIMEOUT_S
+    )
+    assert returncode == 0, output[-6000:]
     for rank in (0, 1):
         assert f"RANK {rank} OK zero3 cases=8" in output, output[-3000:]
 
@@ -63,8 +82,8 @@ def test_trl_zero3_fingerprints_equal_one_process(tmp_path):
         str(ROOT / "tests" / "integrations" / "trl_worker.py"), str(tmp_path / "two"), "--shaper", "meds",
         "--steps", "1",
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, check=False)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    returncode, output = run_launcher(cmd, env=env, timeout=LAUNCH_TIMEOUT_S)
+    assert returncode == 0, output[-6000:]
     two = [torch.load(tmp_path / "two" / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
     one = trl_worker.run(str(tmp_path / "one"), steps=1, shaper="meds")
     expected = one["record"][0]["fingerprints"]

@@ -17,7 +17,6 @@ ZeRO-3 gathers each module's parameters only around its own forward. Reading the
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import torch
 from torch import nn
 
 from dynashape.meds.capture import FingerprintCapture, fingerprint
+from launcher import run_launcher
 
 WORKER = Path(__file__).with_name("sharded_worker.py")
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -36,11 +36,8 @@ def _run_worker(mode: str, extra_env: dict[str, str] | None = None) -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(extra_env or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    proc = subprocess.run(
-        [*cmd, str(WORKER), "--mode", mode], capture_output=True, text=True, timeout=180, env=env, check=False
-    )
-    output = proc.stdout + proc.stderr
-    assert proc.returncode == 0, output[-6000:]
+    returncode, output = run_launcher([*cmd, str(WORKER), "--mode", mode], env=env, timeout=300)
+    assert returncode == 0, output[-6000:]
     return output
 
 
