@@ -70,7 +70,9 @@ def folder(tmp_path):
     tuning["tight"]["best_global"] = "gdpo"
     (out / "tuning.json").write_text(json.dumps(tuning))
     (out / "comparison.json").write_text(
-        json.dumps({"command": "dynashape compare --plan full", "wall_seconds": 3723.0, "machine": {"cpus": 2}})
+        json.dumps(
+            {"command": "dynashape compare --plan full", "wall_seconds": 3723.0, "jobs": 2, "machine": {"cpus": 2}}
+        )
     )
     return out
 
@@ -116,6 +118,8 @@ def test_markdown_keeps_the_claims_verbatim_and_says_partial(folder, tmp_path):
     assert f"{CLAIMS_BEGIN}\n{mine}{CLAIMS_END}" in text and "old numbers" not in text
     assert "3 seeds so far" in text and "inconclusive (n < 5)" in text
     assert "1 h 02 min" in text  # 3723 s
+    # the runs' own times: 12 runs of 3 s each (their eval.json wall_seconds), 2 at a time
+    assert "the runs' own time summed: 0 min 36 s over 12 finished runs (test and tuning), 2 at a time" in text
     assert "Published" in text or "published" in text
     # regenerating is stable: the claims stay, once
     write_results(folder, report, n_boot=200)

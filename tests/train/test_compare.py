@@ -370,6 +370,9 @@ def test_a_superset_killed_before_it_reaches_earlier_runs_keeps_their_records(tm
     def killed_after_one_new_run(jobs, *, workers, log, then, expected):  # the runner, killed early
         new = next(j for j in jobs if "drpo" in str(j.run_dir))
         then(Outcome(new, "trained", eval={"aes": 0.5}, seconds=2.0))
+        # killed here for real, comparison.json must already count this invocation up to its finished run
+        meta = json.loads((out / "comparison.json").read_text())
+        assert meta["invocations"][-1]["wall_seconds"] > 0 and meta["wall_seconds"] > 0
         return []
 
     monkeypatch.setattr(compare, "run_jobs", killed_after_one_new_run)

@@ -205,6 +205,10 @@ def build_results(out: str | Path, *, n_boot: int = 2000) -> dict[str, Any]:
         "folder": str(out),
         "command": meta.get("command"),
         "wall_seconds": meta.get("wall_seconds"),
+        "jobs": meta.get("jobs"),
+        # the runs' own times (training and evaluation), test and tuning: the compute, whatever was killed when
+        "run_seconds": sum(float(r["eval"].get("wall_seconds") or 0.0) for r in records if r.get("eval")),
+        "finished_runs": sum(1 for r in records if r.get("eval")),
         "machine": meta.get("machine"),
         "seeds": meta.get("seeds"),
         "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

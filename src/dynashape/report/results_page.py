@@ -116,7 +116,9 @@ def results_markdown(results: Mapping[str, Any], claims_text: str, plots: Sequen
         "",
         f"- Command: `{results.get('command') or 'n/a'}`; regenerate this page from its runs with "
         f"`dynashape results {results.get('folder') or 'OUT'} --report <this page>`.",
-        f"- Wall time (all invocations): {_clock(results.get('wall_seconds'))}; machine: "
+        f"- Wall time (all invocations, each up to its last finished run): {_clock(results.get('wall_seconds'))}; "
+        f"the runs' own time summed: {_clock(results.get('run_seconds'))} over {results.get('finished_runs', 0)} "
+        f"finished runs (test and tuning), {results.get('jobs') or 'n/a'} at a time; machine: "
         + (", ".join(f"{k} {v}" for k, v in machine.items()) or "n/a"),
         f"- Seeds per row: {', '.join(f'{m} ({r}) {n}' for (r, m), n in sorted(seeds_of.items())) or 'none yet'}.",
         "- Intervals: paired t-interval over seeds (95 %); bootstrap = seeds, then problems within each seed "

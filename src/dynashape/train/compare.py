@@ -394,6 +394,13 @@ def run_comparison(
     _write_json(meta_path, meta)
     start = time.perf_counter()
 
+    def record_wall_time() -> None:
+        # after every finished run, not only at the end: a comparison is long, gets killed and resumed, and a
+        # killed invocation must still count up to its last finished run
+        invocation["wall_seconds"] = time.perf_counter() - start
+        meta["wall_seconds"] = sum(i["wall_seconds"] or 0.0 for i in meta["invocations"])
+        _write_json(meta_path, meta)
+
     by_job: dict[Path, RunSpec] = {}
 
     def job(spec: RunSpec) -> Job:
@@ -428,14 +435,13 @@ def run_comparison(
         new = plan.finished(spec, records[-1], log)
         if len(plan.results) > settled:
             _write_json(out / "tuning.json", plan.out)
+        record_wall_time()
         return [job(s) for s in new]
 
     run_jobs([job(s) for s in plan.ready], workers=workers, log=log, then=then, expected=expected)
     for (regime, method), ss in plan.waiting.items():  # tuning that never finished (a failed run): said aloud
         failed.append(f"{method} {regime} seeds {ss}: not run, its tuning did not finish")
-    invocation["wall_seconds"] = time.perf_counter() - start
-    meta["wall_seconds"] = sum(i["wall_seconds"] or 0.0 for i in meta["invocations"])
-    _write_json(meta_path, meta)
+    record_wall_time()
     log(f"comparison {'complete' if not failed else 'incomplete'}: {len(records)} runs, {len(failed)} problems")
     for line in failed:
         log(f"  {line}")
