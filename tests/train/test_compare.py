@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from dynashape.report.results import load_runs
 from dynashape.train.compare import (
     COMPARISON_PLAN,
     TUNING_SEED_OFFSET,
@@ -105,8 +106,10 @@ def test_progress_lines_and_the_record(compared):
     assert len(done) == 4 and done[-1].startswith("[4/4]") and "0 left, ETA 0.0 s" in done[-1]
     assert "3 left, ETA" in done[0] and "ETA unknown" not in done[0]
     assert all("\r" not in x for x in lines)
-    records = json.loads((out / "runs.json").read_text())
-    assert {(r["method"], r["seed"]) for r in records} == {("grpo", 0), ("grpo", 1), ("lead", 0), ("lead", 1)}
+    index = json.loads((out / "runs.json").read_text())
+    assert {(r["method"], r["seed"]) for r in index} == {("grpo", 0), ("grpo", 1), ("lead", 0), ("lead", 1)}
+    assert all("eval" not in r for r in index), "runs.json is an index; the numbers stay in each eval.json"
+    records = load_runs(out)
     assert all(r["eval"]["final"]["per_problem"]["n_correct"] for r in records)
     meta = json.loads((out / "comparison.json").read_text())
     assert meta["seeds"] == [0, 1] and meta["wall_seconds"] > 0 and meta["machine"]["cpus"] >= 1
@@ -361,7 +364,7 @@ def test_a_superset_killed_before_it_reaches_earlier_runs_keeps_their_records(tm
     for method in ("grpo", "lead"):  # what the first invocation recorded, with its finished run folders
         run_dir = out / "runs" / "tight" / f"{method}-seed0"
         run_dir.mkdir(parents=True)
-        (run_dir / "eval.json").write_text("{}")
+        (run_dir / "eval.json").write_text(json.dumps({"aes": 1.0}))
         earlier.append({"method": method, "regime": "tight", "seed": 0, "split": "test", "point": "",
                         "overrides": {}, "run_dir": f"runs/tight/{method}-seed0", "status": "trained",
                         "seconds": 1.0, "eval": {"aes": 1.0}})  # fmt: skip
@@ -369,6 +372,8 @@ def test_a_superset_killed_before_it_reaches_earlier_runs_keeps_their_records(tm
 
     def killed_after_one_new_run(jobs, *, workers, log, then, expected):  # the runner, killed early
         new = next(j for j in jobs if "drpo" in str(j.run_dir))
+        new.run_dir.mkdir(parents=True)
+        (new.run_dir / "eval.json").write_text(json.dumps({"aes": 0.5}))  # what a finished run leaves
         then(Outcome(new, "trained", eval={"aes": 0.5}, seconds=2.0))
         # killed here for real, comparison.json must already count this invocation up to its finished run
         meta = json.loads((out / "comparison.json").read_text())
@@ -378,6 +383,6 @@ def test_a_superset_killed_before_it_reaches_earlier_runs_keeps_their_records(tm
     monkeypatch.setattr(compare, "run_jobs", killed_after_one_new_run)
     monkeypatch.setattr(compare, "prepare", lambda configs, log: 0)
     run_comparison(out, rows={"tight": ("grpo", "lead", "drpo")}, seeds=[0], template=template, workers=2)
-    records = json.loads((out / "runs.json").read_text())
+    records = load_runs(out)
     assert sorted(r["method"] for r in records) == ["drpo", "grpo", "lead"]
     assert {r["method"]: r["eval"]["aes"] for r in records} == {"drpo": 0.5, "grpo": 1.0, "lead": 1.0}

@@ -1,8 +1,9 @@
 """The numbers of a comparison folder, and ``write_results``: results.md, results.json and plots (``dynashape
 results OUT``).
 
-Reads only what the comparison runner wrote (``runs.json``, ``tuning.json``, ``comparison.json``), never the run
-folders, so the report is a pure function of those files and works on partial results (fewer seeds so far). The
+Reads only what the comparison runner wrote (``runs.json``, ``tuning.json``, ``comparison.json`` and each listed
+run's ``eval.json``), never a checkpoint, so the report is a pure function of those files and works on partial
+results (fewer seeds so far). The
 markdown keeps the section between ``<!-- claims:begin -->`` and ``<!-- claims:end -->`` of an existing file
 verbatim: the claims are written (and committed) before the runs, the numbers after them.
 """
@@ -31,6 +32,19 @@ RunMap = dict[tuple[str, str], dict[int, dict[str, Any]]]
 
 def _read(path: Path, default: Any) -> Any:
     return json.loads(path.read_text()) if path.exists() else default
+
+
+def load_runs(out: str | Path) -> list[dict[str, Any]]:
+    """The comparison's run records (``out/runs.json``, an index), each with ``eval`` read from its run folder's
+    eval.json (None for a run that failed; an older runs.json that embedded the eval is read as it is)."""
+    out = Path(out)
+    records = _read(out / "runs.json", [])
+    for r in records:
+        path = out / r["run_dir"] / "eval.json"
+        if path.exists():
+            r["eval"] = json.loads(path.read_text())
+        r.setdefault("eval", None)
+    return records
 
 
 def _runs(records: Sequence[Mapping[str, Any]]) -> RunMap:
@@ -186,7 +200,7 @@ def build_results(out: str | Path, *, n_boot: int = 2000) -> dict[str, Any]:
     out = Path(out)
     if not out.is_dir():  # a mistyped folder must not rewrite a results page with nothing
         raise ValueError(f"out must be a comparison folder (dynashape compare --out), got {str(out)!r}")
-    records = _read(out / "runs.json", [])
+    records = load_runs(out)
     tuning = _read(out / "tuning.json", {})
     meta = _read(out / "comparison.json", {})
     runs = _runs(records)

@@ -4,7 +4,7 @@
     out/runs/<regime>/<method>-seed<s>/        test-split runs (``train``'s run folders)
     out/tuning/<regime>/<method>/<key>=<v>-seed<s>/   validation-split tuning runs
     out/tuning.json                           every grid value's validation numbers and the value chosen
-    out/runs.json                             one record per finished run (what the results are made from)
+    out/runs.json                             an index, one line per finished run (its numbers: the run's eval.json)
 
 Paired seeds: seed ``s`` is ``TrainConfig.seed`` (prompt order, sampling generator, shaper) and the evaluation
 seed ``eval_seed(base, s) = base + 1000 s`` (evaluation samples), for every method alike, so two methods with
@@ -310,8 +310,7 @@ def machine() -> dict[str, Any]:
 
 
 def _write_json(path: Path, data: Any, *, compact: bool = False) -> None:
-    """Write atomically; ``compact``: one line per list item (runs.json repeats every run's eval and is kept in
-    git, where the indented form of 187 runs would be ~5 MB)."""
+    """Write atomically; ``compact``: one line per list item (runs.json, one line per run, diffs well in git)."""
     tmp = path.with_suffix(f".tmp{id(data)}")
     if compact:
         tmp.write_text("[\n" + ",\n".join(json.dumps(x, separators=(",", ":")) for x in data) + "\n]\n")
@@ -430,7 +429,8 @@ def run_comparison(
             failed.append(f"{outcome.job.label}: {outcome.error}")
         merged = {r["run_dir"]: r for r in kept} | {r["run_dir"]: r for r in records}
         ordered = sorted(merged.values(), key=lambda r: (r["split"], r["regime"], r["method"], r["seed"], r["point"]))
-        _write_json(out / "runs.json", ordered, compact=True)
+        # an index: each run's numbers stay in its own eval.json (kept in git too), not repeated here
+        _write_json(out / "runs.json", [{k: v for k, v in r.items() if k != "eval"} for r in ordered], compact=True)
         settled = len(plan.results)
         new = plan.finished(spec, records[-1], log)
         if len(plan.results) > settled:
