@@ -3,9 +3,9 @@ results OUT``).
 
 Reads only what the comparison runner wrote (``runs.json``, ``tuning.json``, ``comparison.json`` and each listed
 run's ``eval.json``), never a checkpoint, so the report is a pure function of those files and works on partial
-results (fewer seeds so far). The
-markdown keeps the section between ``<!-- claims:begin -->`` and ``<!-- claims:end -->`` of an existing file
-verbatim: the claims are written (and committed) before the runs, the numbers after them.
+results (fewer seeds so far). The markdown keeps the section between ``<!-- claims:begin -->`` and
+``<!-- claims:end -->`` of an existing file verbatim: the claims are written (and committed) before the runs, the
+numbers after them.
 """
 
 from __future__ import annotations
