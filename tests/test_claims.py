@@ -163,3 +163,24 @@ def test_every_claim_of_the_issue_is_there():
     assert [c.id for c in CLAIMS] == ["a", "b", "c", "d", "e"]
     regimes = {c.id: {p.regime for p in c.parts} for c in CLAIMS}
     assert regimes == {"a": {"tight"}, "b": {"loose"}, "c": {"tight"}, "d": {"tight"}, "e": {"tight"}}
+
+
+def test_a_comparison_at_the_ceiling_fails_by_the_rule_and_the_page_says_why():
+    # trap pass@64 = 1 for both arms on all 5 seeds: the difference is 0 with a zero-width interval, so "> 0"
+    # fails by the pre-registered rule; the note says both arms sit at the ceiling.
+    trap_all_solved = {"is_trap": [True, True], "n_correct": [3, 64], "n_samples": 64, "difficulty": [3, 3]}
+    runs = {
+        ("tight", m): {s: _ev(hard=trap_all_solved, n_correct=(4, 4, 4, 4), eigen=0.5) for s in range(5)}
+        for m in ("meds", "dapo")
+    }
+    (d,) = [x for x in evaluate_claims(runs, {}) if x["id"] == "d"]
+    assert d["parts"][0]["interval"] == pytest.approx([0.0, 0.0])
+    assert d["parts"][0]["verdict"] == "fails"
+    assert "trap_pass@64: both arms at 1 on every paired seed" in d["reason"]
+    # accuracy 1.0 for both arms: noted too; the eigen ratio (not a bounded fraction) never is
+    assert "accuracy: both arms at 1" in d["parts"][1]["reason"]
+    assert "reason" not in d["parts"][2]
+    # one seed of one arm below the ceiling: no note
+    runs[("tight", "dapo")][2] = _ev(hard={**trap_all_solved, "n_correct": [0, 64]}, n_correct=(4, 4, 4, 4))
+    (d2,) = [x for x in evaluate_claims(runs, {}) if x["id"] == "d"]
+    assert "reason" not in d2["parts"][0]

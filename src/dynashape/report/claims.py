@@ -10,7 +10,9 @@ where the difference is taken per paired seed and its 95 % t-interval over seeds
 A claim of several comparisons holds when all hold and fails when any fails. The hierarchical bootstrap
 interval (seeds, then problems) is reported beside the t-interval where the metric has per-problem values; the
 verdict reads the t-interval only. ``best_global`` is the global-threshold baseline (grpo_length or gdpo) with the
-higher validation AES after tuning (``tuning.json``), never chosen on test numbers.
+higher validation AES after tuning (``tuning.json``), never chosen on test numbers. A comparison on a fraction
+(accuracy, pass@k) whose arms both sit at 0 or 1 on every paired seed keeps the rule's verdict and gets a note
+saying so: the data cannot show a difference there, whichever way the relation points.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ __all__ = [
 MIN_SEEDS = 5
 RELATIONS = (">", ">=", "<", "<=")
 BEST_GLOBAL = "best_global"
+# Metrics that are fractions in [0, 1]: where both arms sit at an end on every paired seed the difference is 0 by
+# construction, so the verdict (which still follows the rule) says nothing about the methods; the page says so.
+BOUNDED_METRICS = frozenset({"accuracy", "accuracy@hardest", "trap_pass@64"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,6 +224,16 @@ def _nan_none(x: float) -> float | None:
     return None if x != x else x
 
 
+def _at_an_end(metric: str, values: list[float | None]) -> float | None:
+    """0.0 or 1.0 when every value of a bounded metric sits at that end of [0, 1], else None."""
+    if metric not in BOUNDED_METRICS or not values or any(v is None for v in values):
+        return None
+    for end in (0.0, 1.0):
+        if all(v == end for v in values):
+            return end
+    return None
+
+
 def _compare(
     part: Comparison,
     runs: Mapping[tuple[str, str], Mapping[int, Mapping[str, Any]]],
@@ -229,10 +244,9 @@ def _compare(
     control = best_global.get(part.regime) if part.control == BEST_GLOBAL else part.control
     a = runs.get((part.regime, part.treatment), {})
     b = runs.get((part.regime, control), {}) if control else {}
-    diffs = paired_values(
-        {s: metric_value(ev, part.metric) for s, ev in a.items()},
-        {s: metric_value(ev, part.metric) for s, ev in b.items()},
-    )
+    values_a = {s: metric_value(ev, part.metric) for s, ev in a.items()}
+    values_b = {s: metric_value(ev, part.metric) for s, ev in b.items()}
+    diffs = paired_values(values_a, values_b)
     interval = t_interval(list(diffs.values())) if diffs else Interval(math.nan, math.nan, math.nan, 0)
     out: dict[str, Any] = {
         "regime": part.regime,
@@ -251,6 +265,10 @@ def _compare(
         out["reason"] = "best_global not chosen yet (its tuning has not finished)"
     elif interval.n < MIN_SEEDS:
         out["reason"] = f"n = {interval.n} < {MIN_SEEDS} paired seeds"
+    ceiling = _at_an_end(part.metric, [values_a[s] for s in diffs] + [values_b[s] for s in diffs])
+    if ceiling is not None:
+        note = f"{part.metric}: both arms at {ceiling:g} on every paired seed (no difference can show)"
+        out["reason"] = f"{out['reason']}; {note}" if "reason" in out else note
     rows = [(metric_per_problem(a[s], part.metric), metric_per_problem(b[s], part.metric)) for s in diffs]
     if rows and all(x is not None and y is not None and len(x) == len(y) for x, y in rows):
         boot = hierarchical_bootstrap(np.stack([x - y for x, y in rows]), n_boot=n_boot)  # type: ignore[operator]
@@ -285,7 +303,7 @@ def evaluate_claims(
             "n": min(p["n"] for p in parts),
             "parts": parts,
         }
-        reasons = sorted({p["reason"] for p in parts if "reason" in p})
+        reasons = sorted({r for p in parts if "reason" in p for r in p["reason"].split("; ")})
         if reasons:
             entry["reason"] = "; ".join(reasons)
         out.append(entry)
