@@ -6,8 +6,10 @@ threads) and with ``--jobs`` spawned workers (``cores // jobs`` threads each). T
 are prepared once before either is timed (both would share them), so the timings are of the runs alone. A third
 pass runs serially with each parallel worker's thread count, to separate the gain of processes from that of fewer
 threads per run (a tiny model gains little from a second thread). We print runs per hour of each and the ratios.
+Runs of a few steps measure mostly the workers' start-up (each spawned process imports torch and loads the base
+model), so the default is 24 steps: long enough that the training, not the start-up, is what is compared.
 
-    python benchmarks/bench_compare.py                    # 2 methods x 3 seeds, 6 steps, jobs 2: a few minutes
+    python benchmarks/bench_compare.py                    # 2 methods x 4 seeds, 24 steps, jobs 2: ~4 minutes
     python benchmarks/bench_compare.py --methods grpo,lead,gdpo --seeds 4 --steps 10 --jobs 2 [--json]
 """
 
@@ -41,8 +43,8 @@ def template(cache: Path, warmup_steps: int) -> RunConfig:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--methods", default="grpo,lead")
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--seeds", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--warmup-steps", type=int, default=30)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", action="store_true")
