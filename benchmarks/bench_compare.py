@@ -23,11 +23,12 @@ from pathlib import Path
 
 import torch
 
-from dynashape.train.compare import RunSpec, run_comparison, spec_config
+from dynashape.study.compare import RunSpec, run_comparison, spec_config
+from dynashape.study.scheduler import default_jobs, prepare
 from dynashape.train.config import EvalConfig, RunConfig
-from dynashape.train.policy import ModelConfig, WarmupConfig
-from dynashape.train.runner import default_jobs, prepare
-from dynashape.train.task import ChainTaskConfig
+from dynashape.train.policy import ModelConfig
+from dynashape.train.warmup import WarmupConfig
+from dynashape.world.chain import ChainTaskConfig
 
 
 def template(cache: Path, warmup_steps: int) -> RunConfig:

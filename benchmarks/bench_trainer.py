@@ -21,13 +21,14 @@ import time
 import torch
 
 from dynashape.rewards import MathVerifier
+from dynashape.study.presets import make_train_config
 from dynashape.train.config import RunConfig
 from dynashape.train.loop import Trainer
-from dynashape.train.policy import ModelConfig, build_policy, load_or_train_base
-from dynashape.train.presets import make_train_config
+from dynashape.train.policy import ModelConfig, build_policy
 from dynashape.train.rollout import encode_prompts, sample
-from dynashape.train.task import ChainTaskConfig, make_splits
-from dynashape.train.tokenizer import build_char_tokenizer
+from dynashape.train.warmup import load_or_train_base
+from dynashape.world.chain import ChainTaskConfig, ChainWorld, world_splits
+from dynashape.world.chain.tokenizer import build_char_tokenizer
 
 
 def bench_sampling(model, tok, prompts, max_new: int, repeats: int) -> tuple[float, float]:
@@ -182,14 +183,14 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     tok = build_char_tokenizer()
-    train, _ = make_splits(ChainTaskConfig(n_train=2000, n_test_per_difficulty=1))
+    train = world_splits(ChainTaskConfig(n_train=2000, n_test_per_difficulty=1)).train
 
     def policy() -> torch.nn.Module:
         if args.base_cache is None:
             return build_policy(ModelConfig(), tok)
         cfg = RunConfig()
-        task_train, _ = make_splits(cfg.task)
-        return load_or_train_base(cfg.task, cfg.model, cfg.warmup, task_train, cache_dir=args.base_cache)[0]
+        task_train = world_splits(cfg.task).train
+        return load_or_train_base(ChainWorld(cfg.task), cfg.model, cfg.warmup, task_train, cache_dir=args.base_cache)[0]
 
     model = policy().eval()
     prompts = [p.prompt for p in train[: args.prompts] for _ in range(args.group)]

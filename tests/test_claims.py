@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from dynashape.report.claims import (
+from dynashape.study.claims import (
     CLAIMS,
     Comparison,
     evaluate_claims,
@@ -14,7 +14,7 @@ from dynashape.report.claims import (
     metric_value,
     verdict,
 )
-from dynashape.report.stats import Interval
+from dynashape.study.stats import Interval
 
 T975_4 = 2.7764451051977987  # Student's t_{0.975, 4} from a table
 

@@ -378,7 +378,7 @@ def test_half_precision_rewards_give_the_float32_result(name, dtype):
 # ------------------------------------------------------------------------------------ presets and tuning grids
 @pytest.mark.parametrize("name", NAMES)
 def test_presets_build_the_shaper_scaled_to_the_budget(name):
-    from dynashape.train.presets import BUDGET, PRESETS, make_train_config
+    from dynashape.study.presets import BUDGET, PRESETS, make_train_config
 
     cfg = make_train_config(name)
     assert cfg.shaper == name and PRESETS[name]["shaper"] == name
@@ -398,7 +398,7 @@ def test_compare_command_takes_the_new_presets():
 
 
 def test_tuning_grids_are_valid_and_centred_on_the_preset():
-    from dynashape.train.presets import PRESETS, TUNING_GRIDS, make_train_config, tuning_overrides
+    from dynashape.study.presets import PRESETS, TUNING_GRIDS, make_train_config, tuning_overrides
 
     assert set(NAMES) | {"grpo_length", "gdpo", "shorterbetter", "lead_static"} <= set(TUNING_GRIDS)
     for method, grid in TUNING_GRIDS.items():

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from dynashape.report.results import write_results
-from dynashape.report.results_page import CLAIMS_BEGIN, CLAIMS_END
+from dynashape.study.results import write_results
+from dynashape.study.results_page import CLAIMS_BEGIN, CLAIMS_END
 
 
 def _ev(acc, length, aes, lam=False):

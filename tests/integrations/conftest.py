@@ -2,7 +2,7 @@
 
 import pytest
 
-from dynashape.integrations import verl_estimators
+from dynashape.integrations.verl import estimators as verl_estimators
 
 
 @pytest.fixture(autouse=True)

@@ -15,10 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dynashape import RolloutBatch, get_shaper
-from dynashape.integrations import verl_estimators as ve
 from dynashape.integrations._post_import import when_imported
 from dynashape.integrations._prompts import prompt_key_of, prompt_text
-from dynashape.integrations.verl_trainer import extras_from_fields
+from dynashape.integrations.verl import estimators as ve
+from dynashape.integrations.verl.trainer import extras_from_fields
 
 
 def test_group_ids_from_uids_hand_worked():
@@ -207,7 +207,7 @@ class _Evil:
 
 
 def test_state_file_round_trip_and_refusals(tmp_path):
-    from dynashape.integrations import verl_state as vs
+    from dynashape.integrations.verl import state as vs
 
     run = {"project_name": "p", "experiment_name": "e"}
     shaper = get_shaper("lead", b_max=10, l_min=2)
@@ -229,7 +229,7 @@ def test_state_file_round_trip_and_refusals(tmp_path):
 
 
 def test_state_paths_follow_verls_folders(tmp_path):
-    from dynashape.integrations import verl_state as vs
+    from dynashape.integrations.verl import state as vs
 
     cfg = {"trainer": {"default_local_dir": str(tmp_path / "ck"), "resume_mode": "auto"}}
     assert vs.state_path(cfg, "lead", 5, None, resuming=False) == str(

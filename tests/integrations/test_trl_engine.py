@@ -19,7 +19,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from dynashape import RolloutBatch, get_shaper  # noqa: E402
 from dynashape.integrations.trl import STATE_FILE, ShapedGRPOTrainer, check_trl_version  # noqa: E402
-from dynashape.train.tokenizer import build_char_tokenizer  # noqa: E402
+from dynashape.world.chain.tokenizer import build_char_tokenizer  # noqa: E402
 
 GROUP = 4
 LEAD = {"b_max": 8, "l_min": 2, "whiten": "sequence"}

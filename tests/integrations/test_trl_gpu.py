@@ -23,7 +23,7 @@ from trl import GRPOConfig  # noqa: E402
 
 from dynashape import RolloutBatch, get_shaper  # noqa: E402
 from dynashape.integrations.trl import STATE_FILE, ShapedGRPOTrainer, load_shaper_state  # noqa: E402
-from dynashape.train.tokenizer import build_char_tokenizer  # noqa: E402
+from dynashape.world.chain.tokenizer import build_char_tokenizer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import trl_worker  # noqa: E402

@@ -27,7 +27,7 @@ from dynashape.integrations.trl import (  # noqa: E402
     ShaperStateCallback,
     load_shaper_state,
 )
-from dynashape.train.tokenizer import build_char_tokenizer  # noqa: E402
+from dynashape.world.chain.tokenizer import build_char_tokenizer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import trl_worker  # noqa: E402

@@ -20,7 +20,7 @@ hydra = pytest.importorskip("hydra")
 ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
 v1 = pytest.importorskip("verl.trainer.ppo.v1")
 
-from dynashape.integrations.verl_checks import VerlConfigError, check_config, config_problems  # noqa: E402
+from dynashape.integrations.verl.checks import VerlConfigError, check_config, config_problems  # noqa: E402
 
 CONFIG_DIR = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
 OURS = ["reward.custom_reward_function.path=pkg://dynashape.integrations.verl"]
@@ -173,7 +173,7 @@ BROKEN = textwrap.dedent(
 
     class _Broken(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
-            if name == "dynashape.integrations.verl_estimators":
+            if name == "dynashape.integrations.verl.estimators":
                 raise ImportError("simulated: a dependency of the plugin is missing on this image")
             return None
 
@@ -241,7 +241,7 @@ def test_the_example_launch_scripts_pass_the_start_up_checks(script):
 
 def test_check_command_runs_the_start_up_checks_on_launch_overrides(capsys):
     """Before Ray starts: --check with the launch overrides composes verl's config and refuses what would fail."""
-    from dynashape.integrations.verl_doctor import main
+    from dynashape.integrations.verl.doctor import main
 
     assert main(["--check", "algorithm.adv_estimator=meds", "trainer.v1.trainer_mode=dynashape"]) == 0
     assert "passes the start-up checks" in capsys.readouterr().out

@@ -21,7 +21,7 @@ ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
 from verl import DataProto  # noqa: E402
 
 from dynashape import RolloutBatch, get_shaper  # noqa: E402
-from dynashape.integrations import verl_estimators  # noqa: E402
+from dynashape.integrations.verl import estimators as verl_estimators  # noqa: E402
 
 OUR_NAMES = ("lead", "shorterbetter", "grpo_length", "meds", "lead_meds")
 
@@ -63,7 +63,7 @@ def test_entry_point_registers_estimators_in_a_fresh_interpreter():
     from dynashape import available_shapers
 
     for name in OUR_NAMES:
-        expected = "dynashape.integrations.verl_estimators" if name in available_shapers() else None
+        expected = "dynashape.integrations.verl.estimators" if name in available_shapers() else None
         assert found[name] == expected, (name, found)
 
 

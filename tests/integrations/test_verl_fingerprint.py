@@ -16,14 +16,14 @@ transformer_impl = pytest.importorskip("verl.workers.engine.fsdp.transformer_imp
 
 from verl.utils import tensordict_utils as tu  # noqa: E402
 
-from dynashape.integrations.verl_fingerprint import (  # noqa: E402
+from dynashape.integrations.verl.fingerprint import (  # noqa: E402
     ANSWER_POS_FIELD,
     ANSWER_TARGET_FIELD,
     FINGERPRINT_FIELD,
     FLAG_KEY,
     answer_fields,
 )
-from dynashape.train.tokenizer import build_char_tokenizer  # noqa: E402
+from dynashape.world.chain.tokenizer import build_char_tokenizer  # noqa: E402
 
 LAYERS = 3
 

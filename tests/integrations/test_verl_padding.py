@@ -26,9 +26,9 @@ from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 
 from dynashape import RolloutBatch, get_shaper  # noqa: E402
-from dynashape.integrations import verl_estimators  # noqa: E402
 from dynashape.integrations._prompts import prompt_key_of  # noqa: E402
-from dynashape.integrations.verl_fingerprint import FINGERPRINT_FIELD  # noqa: E402
+from dynashape.integrations.verl import estimators as verl_estimators  # noqa: E402
+from dynashape.integrations.verl.fingerprint import FINGERPRINT_FIELD  # noqa: E402
 
 GROUP = 4
 LEAD = {"b_max": 40, "l_min": 10}

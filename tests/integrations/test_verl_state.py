@@ -26,8 +26,8 @@ from verl import DataProto  # noqa: E402
 from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # noqa: E402
 
 from dynashape import RolloutBatch, get_shaper  # noqa: E402
-from dynashape.integrations import verl_estimators  # noqa: E402
-from dynashape.integrations.verl_state import state_file_name  # noqa: E402
+from dynashape.integrations.verl import estimators as verl_estimators  # noqa: E402
+from dynashape.integrations.verl.state import state_file_name  # noqa: E402
 
 LEAD = {"b_max": 40, "l_min": 10}
 GROUP = 4
@@ -196,7 +196,7 @@ def test_missing_state_on_resume_starts_fresh_with_a_warning(tmp_path, caplog):
     os.remove(tmp_path / "ckpt" / "global_step_2" / state_file_name("lead"))
     verl_estimators.reset_sessions()
     resumed = trainer_of("v1", make_config(tmp_path))
-    with caplog.at_level("WARNING", logger="dynashape.integrations.verl_hooks"):
+    with caplog.at_level("WARNING", logger="dynashape.integrations.verl.hooks"):
         resumed._load_checkpoint()
     assert "starts fresh at step 2" in caplog.text
 

@@ -20,13 +20,13 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 
 from dynashape import RolloutBatch, get_shaper  # noqa: E402
 from dynashape.integrations._prompts import prompt_key_of  # noqa: E402
-from dynashape.integrations.verl_fingerprint import (  # noqa: E402
+from dynashape.integrations.verl.fingerprint import (  # noqa: E402
     ANSWER_POS_FIELD,
     ANSWER_TARGET_FIELD,
     FINGERPRINT_FIELD,
     FLAG_KEY,
 )
-from dynashape.train.tokenizer import build_char_tokenizer  # noqa: E402
+from dynashape.world.chain.tokenizer import build_char_tokenizer  # noqa: E402
 
 GROUP = 4
 LEAD = {"b_max": 40, "l_min": 10}

@@ -22,7 +22,7 @@ from trl import GRPOConfig
 
 from dynashape import get_shaper
 from dynashape.integrations.trl import ShapedGRPOTrainer
-from dynashape.train.tokenizer import build_char_tokenizer
+from dynashape.world.chain.tokenizer import build_char_tokenizer
 
 GROUP = 4
 PROMPTS_PER_STEP = 2

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from dynashape.study.presets import PRESETS, make_train_config
 from dynashape.train.config import EvalConfig, RunConfig
-from dynashape.train.policy import ModelConfig, WarmupConfig
-from dynashape.train.presets import PRESETS, make_train_config
-from dynashape.train.task import ChainTaskConfig
+from dynashape.train.policy import ModelConfig
+from dynashape.train.warmup import WarmupConfig
+from dynashape.world.chain import ChainTaskConfig
 
 TINY_MODEL = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64)
 

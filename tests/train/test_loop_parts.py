@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from dynashape.rewards import Reason, Verdict
+from dynashape.study.presets import make_train_config
 from dynashape.train.loop import PromptStream, Trainer, reward_columns
 from dynashape.train.policy import ModelConfig, build_policy
-from dynashape.train.presets import make_train_config
 from dynashape.train.rollout import Rollouts, encode_prompts
-from dynashape.train.task import ChainTaskConfig, make_problem, make_splits, teacher_trace
-from dynashape.train.tokenizer import build_char_tokenizer
+from dynashape.world.chain import ChainTaskConfig, make_problem, teacher_trace, world_splits
+from dynashape.world.chain.tokenizer import build_char_tokenizer
 
 TINY = ModelConfig(hidden_size=32, num_layers=3, num_heads=2, num_kv_heads=2, intermediate_size=64)
 
@@ -28,7 +28,7 @@ def test_reward_columns_hand_checked():
 
 
 def test_prompt_stream_epochs_and_resume():
-    problems = make_splits(ChainTaskConfig(n_train=7, n_test_per_difficulty=1))[0]
+    problems = world_splits(ChainTaskConfig(n_train=7, n_test_per_difficulty=1)).train
     a = PromptStream(problems, seed=3)
     first = a.take(7)
     assert sorted(p.prompt for p in first) == sorted(p.prompt for p in problems)  # one epoch = a permutation
@@ -51,7 +51,7 @@ class EvenAnswerVerifier:
 def test_dynamic_sampling_keeps_only_mixed_groups():
     tok = build_char_tokenizer()
     model = build_policy(TINY, tok).eval()
-    problems = make_splits(ChainTaskConfig(n_train=40, n_test_per_difficulty=1))[0]
+    problems = world_splits(ChainTaskConfig(n_train=40, n_test_per_difficulty=1)).train
     cfg = make_train_config(
         "dapo", prompts_per_step=4, group_size=2, max_new_tokens=4, overlong_buffer=2, max_sampling_rounds=3
     )
@@ -129,7 +129,7 @@ def test_fused_update_equals_separate_old_logprob_pass(method, parity_verifier, 
 
     tok = build_char_tokenizer()
     model = build_policy(TINY, tok, seed=2)
-    problems = make_splits(ChainTaskConfig(n_train=40, n_test_per_difficulty=1))[0]
+    problems = world_splits(ChainTaskConfig(n_train=40, n_test_per_difficulty=1)).train
     forwards = {"n": 0}
     real = loop.sequence_logprobs
 

@@ -7,17 +7,11 @@ import random
 import pytest
 import torch
 
-from dynashape.train.policy import (
-    ModelConfig,
-    WarmupConfig,
-    _bucketed_batches,
-    build_policy,
-    encode_sft_batch,
-    load_or_train_base,
-)
+from dynashape.train.policy import ModelConfig, build_policy
 from dynashape.train.rollout import Rollouts, concat_rollouts, encode_prompts, sample, sequence_logprobs
-from dynashape.train.task import ChainTaskConfig, make_splits
-from dynashape.train.tokenizer import build_char_tokenizer
+from dynashape.train.warmup import WarmupConfig, _bucketed_batches, encode_sft_batch, load_or_train_base
+from dynashape.world.chain import ChainTaskConfig, ChainWorld, world_splits
+from dynashape.world.chain.tokenizer import build_char_tokenizer
 
 TINY = ModelConfig(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=2, intermediate_size=64)
 
@@ -52,18 +46,20 @@ def test_sft_batch_masks_prompt(tok):
 
 def test_warmup_loss_decreases_and_cache_reused(tmp_path):
     task = ChainTaskConfig(n_train=200, n_test_per_difficulty=1)
-    train, _ = make_splits(task)
+    train = world_splits(task).train
     wcfg = WarmupConfig(steps=25, batch_size=16, lr=1e-2)
-    m1, _t1, info1 = load_or_train_base(task, TINY, wcfg, train, cache_dir=tmp_path)
+    m1, _t1, info1 = load_or_train_base(ChainWorld(task), TINY, wcfg, train, cache_dir=tmp_path)
     assert info1.trained_now and len(info1.losses) == 25
     first, last = sum(info1.losses[:3]) / 3, sum(info1.losses[-3:]) / 3
     assert last < 0.75 * first, (first, last)  # from ~ln(101) = 4.6 toward the trace distribution
-    m2, _t2, info2 = load_or_train_base(task, TINY, wcfg, train, cache_dir=tmp_path)
+    m2, _t2, info2 = load_or_train_base(ChainWorld(task), TINY, wcfg, train, cache_dir=tmp_path)
     assert not info2.trained_now and info2.path == info1.path
     for (k, a), (_, b) in zip(m1.state_dict().items(), m2.state_dict().items(), strict=True):
         assert torch.equal(a, b), k
     # a different warm-up config is a different cache entry
-    _, _, info3 = load_or_train_base(task, TINY, WarmupConfig(steps=1, batch_size=4), train, cache_dir=tmp_path)
+    _, _, info3 = load_or_train_base(
+        ChainWorld(task), TINY, WarmupConfig(steps=1, batch_size=4), train, cache_dir=tmp_path
+    )
     assert info3.trained_now and info3.path != info1.path
 
 
@@ -200,8 +196,8 @@ def test_warmup_batches_group_by_problem_never_by_the_drawn_trace():
     draws within a batch. Sorted by trace length (chain-v2), the bare answers filled batches of their own."""
     cfg = ChainTaskConfig(n_train=400, n_validation_per_difficulty=2, n_test_per_difficulty=2,
                           direct_prob_easy=0.3, direct_prob_hard=0.3)  # fmt: skip
-    train, _ = make_splits(cfg)
-    batches = _bucketed_batches(random.Random(0), train, cfg, batch_size=8, buckets=16)
+    train = world_splits(cfg).train
+    batches = _bucketed_batches(random.Random(0), train, ChainWorld(cfg), batch_size=8, buckets=16)
     assert len(batches) == 16 and all(len(b[0]) == len(b[1]) == 8 for b in batches)
     keys = sorted((p.difficulty, len(p.prompt)) for b in batches for p in b[0])
     for problems, _ in batches:  # each batch is a contiguous slice of the problems' sorted order

@@ -14,8 +14,8 @@ from importlib import metadata
 import pytest
 import torch
 
+from dynashape.study.presets import make_train_config
 from dynashape.train.config import EvalConfig, RunConfig
-from dynashape.train.presets import make_train_config
 
 
 def _installed(name: str) -> bool:
@@ -139,7 +139,7 @@ def test_answer_positions_and_fingerprints_on_the_bpe_tokenizer(tiny_llama_dir, 
     from dynashape.train.policy import load_pretrained
     from dynashape.train.prompts import BOXED_INSTRUCTION, PromptFormat
     from dynashape.train.rollout import Rollouts
-    from dynashape.train.task import Problem
+    from dynashape.world import Problem
 
     model, tok = load_pretrained(tiny_llama_dir)
     model.eval()

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from dynashape.cli import _overrides, build_parser
-from dynashape.report.markdown import summarise_lambda, write_report
-from dynashape.report.tables import compare_markdown, summarise_runs
-from dynashape.train.data import load_dataset_problems
+from dynashape.study.tables import compare_markdown, summarise_runs
+from dynashape.train.report import summarise_lambda, write_report
+from dynashape.world.datasets import load_dataset_problems
 
 
 def _eval(acc, length, aes, seed_shift=0.0):
@@ -117,7 +117,7 @@ def test_cli_overrides_and_defaults():
 
 
 def test_report_names_plain_grpo_from_the_committed_comparison_or_says_it_has_none(tmp_path):
-    from dynashape.report.markdown import _grpo_reference
+    from dynashape.train.report import _grpo_reference
 
     results = tmp_path / "results.json"
     lead = {"method": "lead", "regime": "tight"}

@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
 
+from dynashape.study.presets import PRESETS, make_train_config, regime_budget
 from dynashape.train import checkpoint as ckpt
-from dynashape.train import presets
 from dynashape.train.config import RunConfig
-from dynashape.train.presets import PRESETS, make_train_config, regime_budget
 from dynashape.train.run import read_metrics, train
 
 
@@ -170,7 +168,9 @@ def test_make_train_config_merges_and_validates():
 
 
 def test_regimes_set_every_length_parameter_from_the_saved_rules():
-    rules = json.loads((Path(presets.__file__).with_name("world_rules.json")).read_text())
+    from dynashape.world.chain.rules import RULES_PATH
+
+    rules = json.loads(RULES_PATH.read_text())
     for regime in ("tight", "loose"):
         b = rules["regimes"][regime]["budget"]
         assert regime_budget(regime) == b
@@ -189,11 +189,12 @@ def test_model_path_runs_any_local_causal_lm(base_cache, tiny_config, parity_ver
     """--model: a saved Hugging Face causal LM (here the cached tiny base) is loaded and trained as is."""
     import dataclasses
 
-    from dynashape.train.policy import base_model_key
+    from dynashape.train.warmup import base_model_key
+    from dynashape.world.chain import ChainWorld
 
     cfg = tiny_config("grpo", steps=1)
     train(cfg, tmp_path / "a", progress=False, verifier=parity_verifier, report=False)  # makes the cache entry
-    path = base_cache / f"base-{base_model_key(cfg.task, cfg.model, cfg.warmup)}"
+    path = base_cache / f"base-{base_model_key(ChainWorld(cfg.task), cfg.model, cfg.warmup)}"
     other = dataclasses.replace(cfg, model_path=str(path))
     res = train(other, tmp_path / "b", progress=False, verifier=parity_verifier, report=False)
     assert res.eval["base_model"]["source"] == str(path)

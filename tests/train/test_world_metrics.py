@@ -8,7 +8,8 @@ from math import comb
 import numpy as np
 import pytest
 
-from dynashape.report.world_metrics import (
+from dynashape.world.chain.audit import slip_repairs
+from dynashape.world.measures import (
     budget_rules,
     cluster_mode_ari,
     mean_by,
@@ -17,7 +18,6 @@ from dynashape.report.world_metrics import (
     truncation_at,
     wrong_eigen_ratio,
 )
-from dynashape.train.audit import slip_repairs
 
 
 def test_truncation_at_budget():

@@ -61,7 +61,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from dynashape.batch import RolloutBatch
 from dynashape.integrations._prompts import prompt_key_of
-from dynashape.integrations.verl_estimators import save_state_atomic
+from dynashape.integrations.verl.estimators import save_state_atomic
 from dynashape.meds.capture import FingerprintCapture
 from dynashape.meds.positions import answer_positions, answer_targets
 from dynashape.shapers import Shaped, Shaper

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dynashape.train.policy import ModelConfig, WarmupConfig
+from dynashape.train.policy import ModelConfig
 from dynashape.train.prompts import PromptConfig
-from dynashape.train.task import ChainTaskConfig
+from dynashape.train.warmup import WarmupConfig
+from dynashape.world.chain.config import ChainTaskConfig
 
 __all__ = ["EVAL_SPLITS", "REWARD_COLUMNS", "SECTIONS", "EvalConfig", "RunConfig", "TrainConfig", "parse_overrides"]
 

@@ -27,7 +27,7 @@ from dynashape.train.rollout import (
     sample,
     sequence_logprobs,
 )
-from dynashape.train.task import Problem
+from dynashape.world.base import Problem
 
 __all__ = ["PromptStream", "StepOutput", "Trainer", "reward_columns"]
 

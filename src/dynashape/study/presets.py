@@ -4,7 +4,7 @@ Every preset shares the base model, seed, prompts per step, group size and step 
 shaper and loss differ. Length parameters are scaled to the toy task from the papers' ratios:
 
 * training budget B = ``max_new_tokens``, set by the budget regime (``--regime``) from the audit of the base
-  model (``train/world_rules.json``, written by ``dynashape audit --write-rules``): ``tight`` = the base's
+  model (``world/chain/rules.json``, from ``dynashape audit --write-rules``): ``tight`` = the base's
   median length on the hardest problems (the budget binds there, as LEAD's 4K budget binds on hard problems),
   ``loose`` = the base's 97th percentile (at most 3 % truncated; any compression is the method's own);
 * LEAD: b_max = B, l_min = B / 4 (the paper's 1000 / 4000);
@@ -50,12 +50,12 @@ __all__ = [
 ]
 
 REGIMES: tuple[str, ...] = ("tight", "loose")
-FALLBACK_BUDGET = 128  # only when world_rules.json is missing (a fresh world version before its audit)
+FALLBACK_BUDGET = 128  # only when rules.json is missing (a fresh world version before its audit)
 
 
 def regime_budget(regime: str = "tight") -> int:
-    """The training budget B of ``regime`` from the saved audit rules (``train/world_rules.json``)."""
-    from dynashape.train.audit import load_rules
+    """The training budget B of ``regime`` from the saved audit rules (``world/chain/rules.json``)."""
+    from dynashape.world.chain.rules import load_rules
 
     if regime not in REGIMES:
         raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")

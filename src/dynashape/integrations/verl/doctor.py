@@ -31,7 +31,7 @@ from typing import TextIO
 __all__ = ["ENTRY_POINT_VALUE", "check_overrides", "main", "run_check"]
 
 ENTRY_POINT_VALUE = "dynashape.integrations.verl"
-_ESTIMATOR_MODULE = "dynashape.integrations.verl_estimators"
+_ESTIMATOR_MODULE = "dynashape.integrations.verl.estimators"
 
 
 def _fail(out: TextIO, message: str) -> int:
@@ -54,7 +54,7 @@ def check_overrides(overrides: Sequence[str], config_name: str = "ppo_trainer", 
     import verl
     from hydra import compose, initialize_config_dir
 
-    from dynashape.integrations.verl_checks import config_problems
+    from dynashape.integrations.verl.checks import config_problems
 
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     try:
@@ -96,7 +96,11 @@ def run_check(out: TextIO | None = None) -> int:
 
     # 2. load it as verl does, without swallowing the error
     try:
-        ep.load()
+        plugin = ep.load()
+        # Under `python -m dynashape.integrations.verl` the plugin was imported before this ran, and kept its
+        # registration error for this step to report.
+        if getattr(plugin, "REGISTER_ERROR", None) is not None:
+            raise plugin.REGISTER_ERROR
     except Exception:
         traceback.print_exc(file=out)
         return _fail(
@@ -110,7 +114,7 @@ def run_check(out: TextIO | None = None) -> int:
     core_algos = _import(out, "verl.trainer.ppo.core_algos", "verl's advantage-estimator registry")
     if core_algos is None:
         return 1
-    from dynashape.integrations.verl_estimators import ESTIMATOR_NAMES
+    from dynashape.integrations.verl.estimators import ESTIMATOR_NAMES
     from dynashape.shapers import available_shapers
 
     registry = dict(core_algos.ADV_ESTIMATOR_REGISTRY)
@@ -127,7 +131,7 @@ def run_check(out: TextIO | None = None) -> int:
     if v1 is None:
         return 1
     trainer_cls = v1.trainer_base.TRAINER_REGISTRY.get("dynashape")
-    if trainer_cls is None or trainer_cls.__module__ != "dynashape.integrations.verl_trainer":
+    if trainer_cls is None or trainer_cls.__module__ != "dynashape.integrations.verl.trainer":
         return _fail(out, f"trainer mode 'dynashape' not registered with verl (found {trainer_cls!r})")
     print("ok   trainer mode 'dynashape' registered (trainer.use_v1=true trainer.v1.trainer_mode=dynashape)", file=out)
     legacy = _import(out, "verl.trainer.ppo.ray_trainer", "verl's legacy trainer")

@@ -15,12 +15,12 @@ Check every node image once (imports the plugin as verl does, lists the estimato
 
 Importing this module:
   * registers the estimators ``lead``, ``lead_meds``, ``meds``, ``shorterbetter``, ``grpo_length`` with
-    ``verl.trainer.ppo.core_algos.register_adv_est`` (see :mod:`dynashape.integrations.verl_estimators`);
+    ``verl.trainer.ppo.core_algos.register_adv_est`` (see :mod:`dynashape.integrations.verl.estimators`);
   * arranges, per process and only when that process imports them, that the v1 trainer ``dynashape`` is
-    registered (:mod:`dynashape.integrations.verl_trainer`), that the FSDP actor's ``forward_step`` can return
-    MEDS fingerprints when the trainer asks for them (:mod:`dynashape.integrations.verl_fingerprint`), and that
+    registered (:mod:`dynashape.integrations.verl.trainer`), that the FSDP actor's ``forward_step`` can return
+    MEDS fingerprints when the trainer asks for them (:mod:`dynashape.integrations.verl.fingerprint`), and that
     verl's trainers validate the configuration at start-up and save/restore the shaper state with their
-    checkpoints (:mod:`dynashape.integrations.verl_hooks`).
+    checkpoints (:mod:`dynashape.integrations.verl.hooks`).
 
 Without verl installed the module still imports (``compute_score`` works anywhere) and registers nothing.
 Interfaces of verl 0.9.1 we rely on (checked by tests/integrations/test_verl_*.py):
@@ -34,21 +34,13 @@ Interfaces of verl 0.9.1 we rely on (checked by tests/integrations/test_verl_*.p
 
 from __future__ import annotations
 
-import sys
-
-if __name__ == "__main__":
-    # `python -m dynashape.integrations.verl --check` runs before anything below is imported: the check then
-    # imports this module the way verl does (its entry point), so an import error there is reported, not fatal.
-    from dynashape.integrations.verl_doctor import main
-
-    sys.exit(main())
-
-import importlib.util  # after the __main__ dispatch above, on purpose
+import importlib.util
 import logging
 import os
+import sys
 from typing import Any
 
-from dynashape.integrations.verl_estimators import ESTIMATOR_NAMES, make_estimator
+from dynashape.integrations.verl.estimators import ESTIMATOR_NAMES, make_estimator
 
 __all__ = ["ESTIMATOR_NAMES", "compute_score", "register"]
 
@@ -103,34 +95,42 @@ def register() -> list[str]:
 
 
 def _patch_v1_trainer(module: Any) -> None:
-    from dynashape.integrations.verl_hooks import patch_trainer_class
+    from dynashape.integrations.verl.hooks import patch_trainer_class
 
     patch_trainer_class(module.PPOTrainer)
 
 
 def _patch_legacy_trainer(module: Any) -> None:
-    from dynashape.integrations.verl_hooks import patch_compute_advantage, patch_trainer_class
+    from dynashape.integrations.verl.hooks import patch_compute_advantage, patch_trainer_class
 
     patch_trainer_class(module.RayPPOTrainer)
     patch_compute_advantage(module)
 
 
 def _register_trainer(_module: Any) -> None:
-    from dynashape.integrations.verl_trainer import register_trainer
+    from dynashape.integrations.verl.trainer import register_trainer
 
     register_trainer(TRAINER_NAME)
 
 
 def _patch_fsdp(module: Any) -> None:
-    from dynashape.integrations.verl_fingerprint import patch_forward_step
+    from dynashape.integrations.verl.fingerprint import patch_forward_step
 
     patch_forward_step(module.FSDPEngineWithLMHead)
 
+
+REGISTER_ERROR: BaseException | None = None
+"""Why registering failed, when this package was imported by ``python -m dynashape.integrations.verl --check``
+(which must report the error rather than die of it); None otherwise."""
 
 if importlib.util.find_spec("verl") is not None:
     # verl swallows plugin import errors at debug level; log ours loudly instead of vanishing silently.
     try:
         register()
-    except Exception:
+    except Exception as err:
         logger.exception("dynashape: registering the verl plugin failed")
-        raise
+        # While `python -m` resolves this package as its target, argv[0] is still "-m": the doctor in
+        # __main__.py then reports the failure as its step 2 instead of never running.
+        if sys.argv[:1] != ["-m"]:
+            raise
+        REGISTER_ERROR = err

@@ -2,7 +2,7 @@
 
 verl reports most misconfigurations of a plugin late: after a full rollout (a missing TransferQueue field, an
 unknown estimator) or inside a worker at step 1. :func:`check_config` runs when verl builds its trainer
-(:mod:`dynashape.integrations.verl_hooks` wraps the trainers' ``__init__``; the ``dynashape`` trainer mode calls it
+(:mod:`dynashape.integrations.verl.hooks` wraps the trainers' ``__init__``; the ``dynashape`` trainer mode calls it
 first thing), before any worker, rollout server or GPU is set up, and raises one :class:`VerlConfigError` that
 lists every setting to change.
 
@@ -28,8 +28,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from dynashape.integrations.verl_estimators import ESTIMATOR_NAMES, MEDS_ESTIMATORS
-from dynashape.integrations.verl_settings import parse_settings
+from dynashape.integrations.verl.estimators import ESTIMATOR_NAMES, MEDS_ESTIMATORS
+from dynashape.integrations.verl.settings import parse_settings
 
 __all__ = ["MEDS_STRATEGIES", "VerlConfigError", "check_config", "config_problems"]
 

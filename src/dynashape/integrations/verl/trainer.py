@@ -4,18 +4,18 @@ Select it with ``trainer.use_v1=true trainer.v1.trainer_mode=dynashape``. It beh
 ``sync`` trainer (it reports ``trainer_mode == "sync"`` to verl's own code), and in addition, when
 ``algorithm.adv_estimator`` is one of our estimators:
 
-* validates the whole configuration at start-up (:func:`dynashape.integrations.verl_checks.check_config`: the
+* validates the whole configuration at start-up (:func:`dynashape.integrations.verl.checks.check_config`: the
   ``algorithm.<name>.*`` keys, the verdict, and for MEDS the engine, strategy, Ulysses, remove-padding, fused
   kernels and rollout-correction bypass mode), one error listing every change, before any GPU work;
 * hands the estimator per-sample extras read from verl's TransferQueue: the verifier's verdict
   (``reward_extra_info["acc"]``), a stable prompt key (MD5 of the whitespace-normalised prompt text, as MEDS),
   the ``is_padding`` tags of verl's synthetic padding rows (kept away from the shaper), and, for
   ``meds``/``lead_meds``, the fingerprints computed by the patched FSDP forward during the old-log-prob pass
-  (:mod:`dynashape.integrations.verl_fingerprint`);
+  (:mod:`dynashape.integrations.verl.fingerprint`);
 * logs the shaper's metrics (``lead/lambda_c``, ``meds/penalty_mean``, ...) with verl's step metrics.
 
 The shaper state is saved with every verl checkpoint and restored on resume by the hooks every verl trainer gets
-from the plugin (:mod:`dynashape.integrations.verl_hooks`), in this mode as in the plain one.
+from the plugin (:mod:`dynashape.integrations.verl.hooks`), in this mode as in the plain one.
 
 verl 0.9.1 methods overridden (signatures as in ``verl/trainer/ppo/v1/trainer_base.py``):
     __init__(self, config: DictConfig)
@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from dynashape.integrations._prompts import prompt_key_of, prompt_text
-from dynashape.integrations.verl_checks import check_config
-from dynashape.integrations.verl_estimators import (
+from dynashape.integrations.verl.checks import check_config
+from dynashape.integrations.verl.estimators import (
     ESTIMATOR_NAMES,
     MEDS_ESTIMATORS,
     EstimatorExtras,
@@ -44,7 +44,7 @@ from dynashape.integrations.verl_estimators import (
     provide_extras,
     session_for,
 )
-from dynashape.integrations.verl_fingerprint import (
+from dynashape.integrations.verl.fingerprint import (
     ANSWER_POS_FIELD,
     ANSWER_TARGET_FIELD,
     FINGERPRINT_FIELD,

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dynashape import state
+
 __all__ = ["summarise_lambda", "write_report"]
 
 
@@ -18,7 +20,7 @@ def summarise_lambda(metrics: list[dict[str, float]]) -> dict[str, float] | None
     return {"first": values[0], "last": values[-1], "last10_mean": sum(tail) / len(tail)}
 
 
-def _world_lines(evaluation: dict[str, Any]) -> list[str]:
+def _world_lines(evaluation: dict[str, Any], results: Path | None) -> list[str]:
     """The toy world's extra evaluation numbers (absent for a real dataset), and what plain GRPO does."""
     base, final = evaluation["base"], evaluation["final"]
     lines: list[str] = []
@@ -49,25 +51,23 @@ def _world_lines(evaluation: dict[str, Any]) -> list[str]:
                 ),
             ]
     if evaluation.get("method") != "grpo":
-        lines += ["", _grpo_reference(evaluation)]
+        lines += ["", _grpo_reference(evaluation, results)]
     lines.append("")
     return lines
 
 
-RESULTS_JSON = Path(__file__).resolve().parents[3] / "docs" / "results.json"
-"""The comparison's committed results (issue 15) in a source checkout; absent from an installed wheel."""
-
-
-def _grpo_reference(evaluation: dict[str, Any], results: Path | None = None) -> str:
-    """Plain ``grpo`` on the same world and regime, from the comparison's committed results, named as such."""
-    path = RESULTS_JSON if results is None else results
+def _grpo_reference(evaluation: dict[str, Any], results: Path | None) -> str:
+    """Plain ``grpo`` on the same world and regime, from a comparison's results file (``results``), named as such."""
     regime = evaluation.get("regime", "tight")
+    how = f"`dynashape train --method grpo{_regime_flag(evaluation)}` runs one seed of it."
+    if results is None:
+        return f"Beside plain `grpo` on the same world and regime: no comparison results were given (--results). {how}"
+    path = Path(results)
     runs = []
     if path.exists():
         runs = [
             r for r in json.loads(path.read_text()).get("runs", []) if r["method"] == "grpo" and r["regime"] == regime
         ]
-    how = f"`dynashape train --method grpo{_regime_flag(evaluation)}` runs one seed of it."
     if not runs:
         return (
             f"Beside plain `grpo` on the same world and regime: the comparison's committed results ({path.name}) hold "
@@ -79,7 +79,7 @@ def _grpo_reference(evaluation: dict[str, Any], results: Path | None = None) -> 
     base = sum(r["base"]["mean_length"] for r in runs) / len(runs)
     return (
         f"Beside plain `grpo` on the same world and regime, from the comparison's committed results "
-        f"(docs/results.json, seeds {', '.join(map(str, seeds))}; mean over seeds): accuracy {acc:.3f}, "
+        f"({path.name}, seeds {', '.join(map(str, seeds))}; mean over seeds): accuracy {acc:.3f}, "
         f"mean length {length:.1f} tokens ({length / base:.0%} of base). {how}"
     )
 
@@ -93,15 +93,16 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
 
-def write_report(run_dir: str | Path) -> Path:
-    """Write ``run_dir/report.md`` (and its PNGs) from ``metrics.jsonl`` and ``eval.json``."""
-    from dynashape.report.plots import plot_run
-    from dynashape.train.run import read_metrics
+def write_report(run_dir: str | Path, *, results: str | Path | None = None) -> Path:
+    """Write ``run_dir/report.md`` (and its PNGs) from ``metrics.jsonl`` and ``eval.json``; ``results`` (a
+    comparison's results.json) supplies the plain-GRPO reference line."""
+    from dynashape.train.plots import plot_run
+    from dynashape.train.run_folder import read_metrics
 
     run_dir = Path(run_dir)
     metrics = read_metrics(run_dir)
     eval_path = run_dir / "eval.json"
-    evaluation = json.loads(eval_path.read_text()) if eval_path.exists() else None
+    evaluation = state.read_json(eval_path) if eval_path.exists() else None
     images = plot_run(run_dir, metrics, evaluation)
     lines = [f"# Run report: {run_dir.name}", ""]
     if evaluation is not None:
@@ -133,7 +134,7 @@ def write_report(run_dir: str | Path) -> Path:
                 f"| {d} | {b['accuracy']:.3f} | {f['accuracy']:.3f} | {b['mean_length']:.1f} | {f['mean_length']:.1f} |"
             )
         lines.append("")
-        lines += _world_lines(evaluation)
+        lines += _world_lines(evaluation, None if results is None else Path(results))
     lam = summarise_lambda(metrics)
     if lam is not None:
         lines += [
@@ -143,5 +144,5 @@ def write_report(run_dir: str | Path) -> Path:
         ]
     lines += [f"![{name}]({name})" for name in images]
     path = run_dir / "report.md"
-    path.write_text("\n".join(lines) + "\n")
+    state.write_text(path, "\n".join(lines) + "\n")
     return path

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dynashape.report.stats import Interval, hierarchical_bootstrap, paired_values, t_interval
+from dynashape.study.stats import Interval, hierarchical_bootstrap, paired_values, t_interval
 
 __all__ = [
     "CLAIMS",

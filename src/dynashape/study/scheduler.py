@@ -99,7 +99,7 @@ def prepare(configs: Iterable[RunConfig], *, log: Callable[[str], None] = lambda
     """Build each distinct base model and base evaluation of ``configs`` once, in this process; returns how many
     base evaluations were prepared. A pretrained model (``model_path``) has no cache: its runs evaluate it."""
     from dynashape.rewards import MathVerifier
-    from dynashape.train.run import evaluate_base, load_base, prompt_format
+    from dynashape.train.base_model import evaluate_base, load_base, prompt_format
 
     _quiet_loading()
     seen: dict[str, RunConfig] = {}
@@ -111,12 +111,12 @@ def prepare(configs: Iterable[RunConfig], *, log: Callable[[str], None] = lambda
     with MathVerifier(timeout=5.0, workers=1) as verifier:
         for cfg in seen.values():
             start = time.perf_counter()
-            model, tokenizer, _, held_out, base = load_base(cfg)
-            if not base.get("cache"):
+            base = load_base(cfg)
+            if not base.meta.get("cache"):
                 continue
-            evaluate_base(cfg, model, tokenizer, held_out, verifier, base, fmt=prompt_format(cfg, tokenizer))
+            evaluate_base(cfg, base, verifier, fmt=prompt_format(cfg, base.tokenizer, base.world))
             count += 1
-            origin = "trained now" if base["trained_now"] else "cached"
+            origin = "trained now" if base.meta["trained_now"] else base.meta["source"]
             log(
                 f"base evaluation ready: {cfg.eval.split} split, eval seed {cfg.eval.seed} "
                 f"({time.perf_counter() - start:.0f} s; base model {origin})"

@@ -1,11 +1,11 @@
 """Held-out evaluation: n samples per problem, avg@n accuracy, unbiased pass@k, mean length, per difficulty;
-on the toy world also shortcut rate, error modes, their entropy per prompt, the wrong answers' eigen ratio,
-and pass@k up to k = 64 on a fixed subset of hard and trap problems."""
+plus the world's own metrics (``World.stats``: on the chain world shortcut rate, error modes, their entropy per
+prompt, the wrong answers' eigen ratio) and pass@k up to k = 64 on the world's fixed subset
+(``World.passk_subset``: hard and trap problems)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,34 +14,12 @@ import torch
 from dynashape.train.config import EvalConfig
 from dynashape.train.prompts import encode_questions
 from dynashape.train.rollout import sample
-from dynashape.train.task import Problem
+from dynashape.world.base import Problem, Samples, World
 
 EVAL_FORMAT = 2
 """Layout version of ``evaluate``'s result (2: with ``per_problem``); it keys the cached base evaluations."""
 
-__all__ = ["EVAL_FORMAT", "Samples", "evaluate", "hard_subset", "sample_responses", "select_problems", "world_stats"]
-
-
-@dataclass
-class Samples:
-    """``n`` sampled responses per problem, flattened problem-major (row ``i * n + j`` = problem i, draw j).
-
-    Attributes:
-        problems: the problems, one per row.
-        texts: decoded responses.
-        correct: bool [R], verdict and not truncated.
-        lengths: int [R], response tokens (EOS included).
-        truncated: bool [R], no EOS within the cap.
-        fingerprints: float [R, layers] MEDS fingerprints of the wrong responses with a boxed answer (NaN
-            elsewhere), or None when not asked for.
-    """
-
-    problems: list[Problem]
-    texts: list[str]
-    correct: np.ndarray
-    lengths: np.ndarray
-    truncated: np.ndarray
-    fingerprints: np.ndarray | None
+__all__ = ["EVAL_FORMAT", "Samples", "evaluate", "sample_responses", "select_problems"]
 
 
 @torch.no_grad()
@@ -131,44 +109,6 @@ def sample_responses(
     )
 
 
-def hard_subset(problems: Sequence[Problem], n_hard: int, n_trap: int) -> list[Problem]:
-    """A fixed subset for pass@k at large k: the first ``n_hard`` problems of the hardest difficulty and the
-    first ``n_trap`` trap prompts (of any difficulty, not already taken), in the split's order."""
-    hardest = max(p.difficulty for p in problems)
-    hard = [p for p in problems if p.difficulty == hardest][:n_hard]
-    trap = [p for p in problems if p.is_trap and p not in hard][:n_trap]
-    return hard + trap
-
-
-def _none_if_nan(x: float) -> float | None:
-    """JSON has no NaN: an undefined value (no wrong answer, a single fingerprint) is stored as null."""
-    return None if x != x else x
-
-
-def world_stats(s: Samples) -> dict[str, Any]:
-    """Shortcut rate, error modes, mode entropy and wrong-answer eigen ratio of toy-world samples."""
-    from dynashape.report.world_metrics import mean_by, mode_entropy, wrong_eigen_ratio
-    from dynashape.train.task import ERROR_MODES, error_mode, is_shortcut
-
-    toy = [i for i, p in enumerate(s.problems) if p.operands]
-    if not toy:
-        return {}
-    shortcut = [float(is_shortcut(s.texts[i])) for i in toy]
-    modes = ["" if s.correct[i] else error_mode(s.problems[i], s.texts[i]) or "other" for i in toy]
-    wrong = [m for m in modes if m]
-    out: dict[str, Any] = {
-        "shortcut_frac": sum(shortcut) / len(shortcut),
-        "shortcut_per_difficulty": mean_by(shortcut, [s.problems[i].difficulty for i in toy]),
-        "error_modes": {m: (wrong.count(m) / len(wrong) if wrong else 0.0) for m in ERROR_MODES},
-        "mode_entropy": _none_if_nan(mode_entropy([s.problems[i].key for i in toy], modes)),
-    }
-    if s.fingerprints is not None:
-        rows = [i for i in toy if not s.correct[i] and np.isfinite(s.fingerprints[i]).all()]
-        out["wrong_eigen_ratio"] = _none_if_nan(wrong_eigen_ratio(s.fingerprints[rows])) if len(rows) >= 2 else None
-        out["wrong_fingerprints"] = len(rows)
-    return out
-
-
 def select_problems(problems: Sequence[Problem], count: int | None) -> list[Problem]:
     """``count`` problems evenly spaced over ``problems`` (all when None or not fewer): index ``i * n // count``.
 
@@ -188,6 +128,7 @@ def evaluate(
     cfg: EvalConfig,
     verifier: Any,
     *,
+    world: World,
     device: str | torch.device = "cpu",
     prompt_format: Any = None,
     progress: bool = False,
@@ -201,11 +142,11 @@ def evaluate(
 
     Returns a JSON-ready dict: ``accuracy`` (avg@n), ``mean_length`` (tokens, EOS included, all samples),
     ``pass_at_k`` ({k: value} for k = 1, 2, 4, ..., n), ``truncated_frac``, ``per_difficulty``
-    ({d: {accuracy, mean_length, truncated_frac}}), ``n_samples``, ``n_problems``; on the toy world also
+    ({d: {accuracy, mean_length, truncated_frac}}), ``n_samples``, ``n_problems``; on the chain world also
     ``shortcut_frac`` (and per difficulty), ``error_modes`` (share of the wrong answers per mode),
     ``mode_entropy`` (nats, mean over prompts), ``wrong_eigen_ratio`` (top-1 eigen ratio of the wrong answers'
     fingerprints, ``cfg.fingerprint_layers`` layers) and ``pass_at_k_hard`` (k up to ``cfg.passk_samples`` on
-    ``hard_subset``). The draws use their own generators seeded with ``cfg.seed``, so the base and the final
+    ``world.passk_subset``). The draws use their own generators seeded with ``cfg.seed``, so the base and the final
     model see the same random streams.
 
     ``per_problem`` holds the per-problem results the comparison's bootstrap resamples, lists in the order of
@@ -219,8 +160,7 @@ def evaluate(
         raise ValueError("problems must not be empty")
     problems = select_problems(problems, cfg.max_problems)
     n = cfg.n_samples
-    toy = any(p.operands for p in problems)
-    layers = cfg.fingerprint_layers if toy and cfg.fingerprint_layers else None
+    layers = cfg.fingerprint_layers if world.labels_errors and cfg.fingerprint_layers else None
     if layers is not None:
         from dynashape.meds.model_parts import find_model_parts
 
@@ -281,12 +221,12 @@ def evaluate(
             "mean_length": [float(x) for x in lengths.mean(1)],
         },
     }
-    if toy:
-        stats = world_stats(s)
-        for d, v in stats.pop("shortcut_per_difficulty").items():
-            per_difficulty[d]["shortcut_frac"] = v
-        out.update(stats)
-        subset = hard_subset(problems, cfg.passk_hard, cfg.passk_trap) if cfg.passk_samples else []
+    stats = world.stats(s)
+    for d, v in stats.pop("shortcut_per_difficulty", {}).items():
+        per_difficulty[d]["shortcut_frac"] = v
+    out.update(stats)
+    if cfg.passk_samples:
+        subset = world.passk_subset(problems, cfg.passk_hard, cfg.passk_trap)
         if subset:
             h = sample_responses(
                 model,

@@ -23,7 +23,7 @@ Rows that are not rollouts never reach the shaper: verl's synthetic padding rows
 They get advantage 0 and leave no trace in the shaper's state or metrics.
 
 The shaper lives in the driver process (estimators run there), so LEAD's EMA and the MEDS memory persist across
-steps; :mod:`dynashape.integrations.verl_hooks` writes it with every verl checkpoint and restores it on resume.
+steps; :mod:`dynashape.integrations.verl.hooks` writes it with every verl checkpoint and restores it on resume.
 Per-sample extras that verl does not pass to estimators (stable prompt keys, MEDS fingerprints, the verifier's
 own verdict, padding flags) are handed over through :func:`provide_extras` just before verl's
 ``compute_advantage`` runs.
@@ -41,8 +41,8 @@ import numpy as np
 import torch
 
 from dynashape.batch import RolloutBatch, group_ids_from_uids
-from dynashape.integrations.verl_settings import ADAPTER_KEYS, EstimatorSettings, parse_settings
-from dynashape.integrations.verl_state import save_state_atomic
+from dynashape.integrations.verl.settings import ADAPTER_KEYS, EstimatorSettings, parse_settings
+from dynashape.integrations.verl.state import save_state_atomic
 from dynashape.shapers import Shaped, config_class
 
 __all__ = [

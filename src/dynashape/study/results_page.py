@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dynashape.report.claims import CLAIMS, METRICS, MIN_SEEDS
-from dynashape.report.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
+from dynashape.study.claims import CLAIMS, METRICS, MIN_SEEDS
+from dynashape.study.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
 
 __all__ = ["CLAIMS_BEGIN", "CLAIMS_END", "claims_section", "kept_claims", "results_markdown"]
 

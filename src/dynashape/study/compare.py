@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dynashape.study.presets import make_train_config, tuning_grids, tuning_overrides
+from dynashape.study.scheduler import Job, Outcome, default_jobs, prepare, run_jobs
 from dynashape.train.config import RunConfig
-from dynashape.train.presets import make_train_config, tuning_grids, tuning_overrides
-from dynashape.train.runner import Job, Outcome, default_jobs, prepare, run_jobs
 
 __all__ = [
     "BEST_GLOBAL",
@@ -129,7 +129,7 @@ def spec_config(spec: RunSpec, template: RunConfig, train_overrides: Mapping[str
 # ------------------------------------------------------------------------------------------------ tuning
 def _grid(method: str, regime: str) -> tuple[str, list[dict[str, Any]]]:
     """(key in --set form, overrides of each grid point) of ``method`` in ``regime``."""
-    from dynashape.train.presets import regime_budget
+    from dynashape.study.presets import regime_budget
 
     ((key, _),) = tuning_grids(regime_budget(regime))[method].items()
     return key, tuning_overrides(method, regime=regime)

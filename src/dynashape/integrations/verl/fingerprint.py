@@ -2,7 +2,7 @@
 
 Flow (the ``sum_pi_squared`` output of verl is the template for a per-sample value returned to the driver):
 
-1. Driver (:mod:`dynashape.integrations.verl_trainer`, MEDS estimators only): finds each response's answer
+1. Driver (:mod:`dynashape.integrations.verl.trainer`, MEDS estimators only): finds each response's answer
    position p (last ``\\boxed{``) and target y* (token at p + 1) with the tokenizer, writes them as per-sample
    fields ``dynashape_answer_pos`` / ``dynashape_answer_target`` and sets ``extra_info["dynashape_fingerprint"]``
    = {layers, diff, norm} for the old-log-prob call only.

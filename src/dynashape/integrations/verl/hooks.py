@@ -3,10 +3,10 @@
 Armed by :func:`dynashape.integrations.verl.register` with ``when_imported``, so each process patches exactly the
 trainer modules it loads. Every wrapper is a no-op unless ``algorithm.adv_estimator`` is one of our estimators.
 
-* ``__init__``: :func:`dynashape.integrations.verl_checks.check_config` first, so a configuration we cannot run
+* ``__init__``: :func:`dynashape.integrations.verl.checks.check_config` first, so a configuration we cannot run
   fails when verl builds the trainer, before workers, rollout servers or the first rollout.
 * ``_save_checkpoint``: writes the shaper state into the checkpoint's ``global_step_N`` folder (see
-  :mod:`dynashape.integrations.verl_state`) *before* verl writes ``latest_checkpointed_iteration.txt``, so the
+  :mod:`dynashape.integrations.verl.state`) *before* verl writes ``latest_checkpointed_iteration.txt``, so the
   tracker never points at a step without our state.
 * ``_load_checkpoint``: after verl has chosen the step it resumes from (``self.global_steps``), restores the state
   saved at that step, refusing one from another run.
@@ -27,8 +27,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from dynashape.integrations.verl_checks import check_config
-from dynashape.integrations.verl_estimators import (
+from dynashape.integrations.verl.checks import check_config
+from dynashape.integrations.verl.estimators import (
     ESTIMATOR_NAMES,
     EstimatorExtras,
     correct_from_acc,
@@ -36,7 +36,7 @@ from dynashape.integrations.verl_estimators import (
     provide_extras,
     session_for,
 )
-from dynashape.integrations.verl_state import load_state_file, run_identity, state_path, write_state_file
+from dynashape.integrations.verl.state import load_state_file, run_identity, state_path, write_state_file
 
 __all__ = ["load_shaper_state", "patch_compute_advantage", "patch_trainer_class", "save_shaper_state"]
 

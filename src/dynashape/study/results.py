@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from dynashape.report.claims import evaluate_claims, metric_per_problem, metric_value
-from dynashape.report.results_page import TABLE_METRICS, kept_claims, results_markdown
-from dynashape.report.stats import hierarchical_bootstrap, mean_sd, paired_values, t_interval
-from dynashape.report.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
+from dynashape.study.claims import evaluate_claims, metric_per_problem, metric_value
+from dynashape.study.results_page import TABLE_METRICS, kept_claims, results_markdown
+from dynashape.study.stats import hierarchical_bootstrap, mean_sd, paired_values, t_interval
+from dynashape.study.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
 
 __all__ = ["best_tuned", "build_results", "write_results"]
 
@@ -247,7 +247,7 @@ def write_results(out: str | Path, report: str | Path, *, n_boot: int = 2000) ->
     plot_dir = report.with_suffix("")
     written = []
     try:
-        from dynashape.report.results_plots import plot_results
+        from dynashape.study.results_plots import plot_results
 
         written = plot_results(results, plot_dir)
     except ImportError:  # matplotlib missing: tables only

@@ -1,1 +1,0 @@
-"""Evaluation, tables and plots of training runs (imports matplotlib only when a report is written)."""

@@ -1,0 +1,92 @@
+"""``dynashape warmup``: rebuild the chain world's base model and say whether it equals the shipped file.
+
+The warm-up is deterministic on one machine (seeded initialisation, traces and batching); across CPUs its
+float arithmetic differs (kernels, vector widths), which is why the base ships as a file. The rebuild is the
+check that the shipped file is what the code makes here, and ``--out DIR`` writes a shippable folder.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from dynashape.train.config import RunConfig
+from dynashape.train.warmup import MANIFEST, base_model_key, train_base, write_manifest
+from dynashape.world.chain import ChainWorld
+
+__all__ = ["RebuildReport", "rebuild_base"]
+
+REBUILD_COMMAND = "dynashape warmup --out DIR"
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    """The rebuilt base model's key, checksum and final loss, against the shipped manifest's."""
+
+    key: str
+    sha256: str
+    final_loss: float | None
+    seconds: float
+    shipped_sha256: str | None
+    shipped_final_loss: float | None
+    out: Path | None
+
+    @property
+    def equal(self) -> bool | None:
+        """True when the rebuild's weights are the shipped file byte for byte; None with nothing shipped."""
+        return None if self.shipped_sha256 is None else self.sha256 == self.shipped_sha256
+
+    def summary(self) -> str:
+        where = f"; written to {self.out}" if self.out else ""
+        head = (
+            f"base {self.key}: sha256 {self.sha256[:16]}, final warm-up loss {self.final_loss!r} ({self.seconds:.0f} s)"
+        )
+        if self.equal is None:
+            return f"{head}; no shipped base of this key to compare with{where}"
+        if self.equal:
+            return f"{head}; equals the shipped base byte for byte{where}"
+        return (
+            f"{head}; DIFFERS from the shipped base (sha256 {self.shipped_sha256[:16]}, final loss "  # type: ignore[index]
+            f"{self.shipped_final_loss!r}): this machine's arithmetic differs from the one that made it (runs use "
+            f"the shipped file){where}"
+        )
+
+
+def rebuild_base(*, out: Path | None = None, device: str = "cpu", progress: bool = True) -> RebuildReport:
+    """Warm the default chain world's base model up from scratch; write it to ``out`` (model, tokenizer,
+    manifest) or a temporary folder; compare its checksum with the shipped base's."""
+    from dynashape.train.progress import progress_bar
+
+    cfg = RunConfig()
+    world = ChainWorld(cfg.task)
+    key = base_model_key(world, cfg.model, cfg.warmup)
+    bar = progress_bar(cfg.warmup.steps, "warm-up", progress)
+    model, tokenizer, losses, seconds = train_base(
+        world,
+        cfg.model,
+        cfg.warmup,
+        world.split("train"),
+        device=device,
+        on_step=lambda step, loss: (bar.update(1), bar.set_postfix(loss=f"{loss:.3f}")) if bar else None,
+    )
+    if bar:
+        bar.close()
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = out if out is not None else Path(scratch) / "base_model"
+        if folder.exists() and any(folder.iterdir()):
+            raise ValueError(f"--out {folder}: exists and is not empty")
+        folder.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(str(folder))
+        tokenizer.save_pretrained(str(folder))
+        manifest = write_manifest(folder, key=key, losses=losses, seconds=seconds, command=REBUILD_COMMAND)
+    shipped_sha, shipped_loss = None, None
+    shipped = world.shipped_base()
+    if shipped is not None:
+        shipped_manifest = json.loads((shipped / MANIFEST).read_text())
+        if shipped_manifest.get("key") == key:
+            shipped_sha, shipped_loss = shipped_manifest["sha256"], shipped_manifest.get("warmup_final_loss")
+    return RebuildReport(
+        key, manifest["sha256"], manifest["warmup_final_loss"], seconds, shipped_sha, shipped_loss, out
+    )
