@@ -3,7 +3,7 @@
 dynashape train                       # preset lead, default budget, run folder runs/lead-seed0
 dynashape train --method meds --steps 80 --set lr=5e-4 --set shaper_kwargs.alpha=0.2
 dynashape compare --methods lead,grpo_length,gdpo,shorterbetter,drpo --seeds 0,1
-dynashape compare --plan full --out runs/comparison --report docs/results.md   # issue 15's comparison
+dynashape compare --plan full --out runs/comparison --report docs/results.md   # the pre-registered comparison
 dynashape results runs/comparison --report docs/results.md                      # rewrite results from its runs
 dynashape train --regime loose          # the loose budget regime (run folder runs/lead-loose-seed0)
 dynashape eval --run-dir runs/lead-seed0

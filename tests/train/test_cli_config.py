@@ -239,5 +239,9 @@ def test_eval_command_takes_eval_overrides(tiny_config, parity_verifier, tmp_pat
     assert main(["eval", "--run-dir", str(run), "--samples", "1", "--set", "eval.max_problems=2", "--no-progress"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["n_problems"], out["n_samples"]) == (2, 1) and out["checkpoint"].endswith("step_1")
+    # the truncation share is measured at the budget the run trained at (24 tokens here), not a regime's default
+    assert out["regime"] == {"name": "tight", "budget": 24, "truncated_at_budget": out["regime"]["truncated_at_budget"]}
+    lengths = {int(k): c for k, c in out["length_histogram"].items()}
+    assert out["regime"]["truncated_at_budget"] == sum(c for k, c in lengths.items() if k > 24) / sum(lengths.values())
     assert main(["eval", "--run-dir", str(run), "--set", "task.seed=3"]) == 2
     assert "eval.* keys only" in capsys.readouterr().err

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from dynashape.train.config import RunConfig
 from dynashape.train.warmup import MANIFEST, base_model_key, train_base, write_manifest
+from dynashape.world.base import World
 from dynashape.world.chain import ChainWorld
 
 __all__ = ["RebuildReport", "rebuild_base"]
@@ -54,13 +55,23 @@ class RebuildReport:
         )
 
 
-def rebuild_base(*, out: Path | None = None, device: str = "cpu", progress: bool = True) -> RebuildReport:
-    """Warm the default chain world's base model up from scratch; write it to ``out`` (model, tokenizer,
-    manifest) or a temporary folder; compare its checksum with the shipped base's."""
+def rebuild_base(
+    *,
+    out: Path | None = None,
+    device: str = "cpu",
+    progress: bool = True,
+    cfg: RunConfig | None = None,
+    world: World | None = None,
+) -> RebuildReport:
+    """Warm the chain world's base model up from scratch; write it to ``out`` (model, tokenizer, manifest) or a
+    temporary folder; compare its checksum with the world's shipped base's.
+
+    ``cfg`` (default: the defaults, whose base ships) sets the task, model and warm-up; ``world`` the world
+    (default: ``ChainWorld(cfg.task)``)."""
     from dynashape.train.progress import progress_bar
 
-    cfg = RunConfig()
-    world = ChainWorld(cfg.task)
+    cfg = cfg or RunConfig()
+    world = world or ChainWorld(cfg.task)
     key = base_model_key(world, cfg.model, cfg.warmup)
     bar = progress_bar(cfg.warmup.steps, "warm-up", progress)
     model, tokenizer, losses, seconds = train_base(

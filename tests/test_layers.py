@@ -1,0 +1,97 @@
+"""Imports point one way (design.md): cli -> study -> train -> world -> core; integrations -> core.
+
+Read from the source with ``ast`` (function-level imports included: a late import does not make an upward
+arrow acceptable), so the rule is checked without importing anything heavy.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import dynashape
+
+ROOT = Path(dynashape.__file__).parent
+
+# A layer may import from the layers listed for it and from itself; "core" is everything not named here.
+LAYERS = ("core", "world", "train", "study", "integrations", "cli")
+ALLOWED = {
+    "core": {"core"},
+    "world": {"core", "world"},
+    "train": {"core", "world", "train"},
+    "study": {"core", "world", "train", "study"},
+    "integrations": {"core", "integrations"},
+    "cli": set(LAYERS),
+}
+
+
+def layer_of(module: str) -> str:
+    """``dynashape.train.loop`` -> "train"; ``dynashape.batch`` -> "core"; ``dynashape.cli`` -> "cli"."""
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else ""
+    return top if top in LAYERS else "core"
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(source: str, module: str, *, is_package: bool = False) -> list[str]:
+    """Every ``dynashape...`` module that ``source`` (module ``module``) imports, anywhere in it (relative
+    imports resolved)."""
+    tree = ast.parse(source)
+    here = module.split(".")
+    package = here if is_package else here[:-1]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            found.append(mod)
+            # `from dynashape import train` imports a subpackage
+            found += [f"{mod}.{a.name}" for a in node.names if mod == "dynashape"]
+    return [m for m in found if m == "dynashape" or m.startswith("dynashape.")]
+
+
+def test_layer_of_hand_checked():
+    assert layer_of("dynashape.batch") == "core"
+    assert layer_of("dynashape.shapers.lead") == "core"
+    assert layer_of("dynashape.world.chain.teacher") == "world"
+    assert layer_of("dynashape.integrations.verl.hooks") == "integrations"
+    assert layer_of("dynashape.cli") == "cli"
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_point_down(path):
+    src = layer_of(module_name(path))
+    found = imports_of(path.read_text(), module_name(path), is_package=path.name == "__init__.py")
+    upward = [m for m in found if m != "dynashape" and layer_of(m) not in ALLOWED[src]]
+    assert not upward, f"{module_name(path)} ({src}) imports {upward}"
+
+
+def test_the_checker_catches_an_upward_import():
+    """The rule can fail: a core module that imports the trainer inside a function, or the study through a
+    relative import, is caught."""
+    source = "def f():\n    from dynashape.train.loop import Trainer\n    from ..study import presets\n"
+    found = imports_of(source, "dynashape.shapers.probe")
+    assert [m for m in found if layer_of(m) not in ALLOWED["core"]] == ["dynashape.train.loop", "dynashape.study"]
+
+
+def test_the_package_writes_nowhere_by_its_own_location():
+    """No module finds a place to write from its own path (``parents[3]``, the repository): only package data
+    is read beside a module."""
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in ROOT.rglob("*.py")
+        if "parents[" in p.read_text() and "__file__" in p.read_text()
+    ]
+    assert offenders == []
