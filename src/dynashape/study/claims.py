@@ -1,4 +1,4 @@
-"""The first comparison's pre-registered claims (a)-(e) as data (docs/results.md), the metrics they read, and their verdicts.
+"""The first comparison's pre-registered claims (a)-(e) as data, the metrics they read, and their verdicts.
 
 A claim is one or more *comparisons*: ``treatment - control  relation  bound`` on one metric in one regime,
 where the difference is taken per paired seed and its 95 % t-interval over seeds decides (``verdict``):
