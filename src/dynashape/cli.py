@@ -306,9 +306,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from dynashape import state
     from dynashape.rewards import MathVerifier
     from dynashape.train import checkpoint as ckpt
-    from dynashape.train.base_model import load_base, prompt_format
+    from dynashape.train.base_model import evaluate_held_out, load_base, prompt_format
     from dynashape.train.config import RunConfig
-    from dynashape.train.evaluation import evaluate
     from dynashape.train.run import truncated_at
 
     run_dir = Path(args.run_dir)
@@ -327,17 +326,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         saved = ckpt.load(latest, cfg_hash=cfg_hash, map_location=cfg.device)
         base.model.load_state_dict(saved.model)
     with MathVerifier(workers=1) as verifier:
-        result = evaluate(
-            base.model,
-            base.tokenizer,
-            base.held_out,
-            cfg.eval,
-            verifier,
-            world=base.world,
-            device=cfg.device,
-            prompt_format=prompt_format(cfg, base.tokenizer, base.world),
-            progress=not args.no_progress,
-        )
+        fmt = prompt_format(cfg, base.tokenizer, base.world)
+        result = evaluate_held_out(cfg, base, verifier, fmt=fmt, progress=not args.no_progress)
     result["checkpoint"] = str(latest) if latest else "base"
     budget = cfg.train.max_new_tokens  # the budget the run trained at, whatever its regime
     result["regime"] = {"name": cfg.train.regime, "budget": budget, "truncated_at_budget": truncated_at(result, budget)}

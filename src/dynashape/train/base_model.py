@@ -20,7 +20,16 @@ from dynashape import state
 from dynashape.train.config import RunConfig
 from dynashape.world import Problem, World, get_world
 
-__all__ = ["Base", "default_cache_dir", "eval_key", "evaluate_base", "load_base", "prompt_format", "world_of"]
+__all__ = [
+    "Base",
+    "default_cache_dir",
+    "eval_key",
+    "evaluate_base",
+    "evaluate_held_out",
+    "load_base",
+    "prompt_format",
+    "world_of",
+]
 
 
 class Base(NamedTuple):
@@ -100,6 +109,26 @@ def eval_key(cfg: RunConfig, problems: list[Problem], fmt: Any = None) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def evaluate_held_out(
+    cfg: RunConfig, base: Base, verifier: Any, *, fmt: Any, progress: bool = False, desc: str = "eval"
+) -> dict[str, Any]:
+    """``train.evaluation.evaluate`` of ``base.model`` (as it is now) on the run's held-out split."""
+    from dynashape.train.evaluation import evaluate
+
+    return evaluate(
+        base.model,
+        base.tokenizer,
+        base.held_out,
+        cfg.eval,
+        verifier,
+        world=base.world,
+        device=cfg.device,
+        prompt_format=fmt,
+        progress=progress,
+        desc=desc,
+    )
+
+
 def evaluate_base(
     cfg: RunConfig,
     base: Base,
@@ -110,8 +139,6 @@ def evaluate_base(
     progress: bool = False,
 ) -> dict[str, Any]:
     """The base model's held-out evaluation, from the shared cache when it holds this evaluation key."""
-    from dynashape.train.evaluation import evaluate
-
     path = None
     if base.meta.get("cache") and use_cache:
         path = Path(base.meta["cache"]) / f"eval-{eval_key(cfg, base.held_out, fmt)}.json"
@@ -120,18 +147,7 @@ def evaluate_base(
                 return state.read_json(path)
             except state.StateFileError:
                 pass  # a torn cache entry: evaluate again and replace it
-    result = evaluate(
-        base.model,
-        base.tokenizer,
-        base.held_out,
-        cfg.eval,
-        verifier,
-        world=base.world,
-        device=cfg.device,
-        prompt_format=fmt,
-        progress=progress,
-        desc="eval base",
-    )
+    result = evaluate_held_out(cfg, base, verifier, fmt=fmt, progress=progress, desc="eval base")
     if path is not None:
         state.write_text(path, json.dumps(result))
     return result

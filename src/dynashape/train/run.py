@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dynashape.train import checkpoint as ckpt
-from dynashape.train.base_model import Base, base_eval_for_run, load_base, prompt_format
+from dynashape.train.base_model import Base, base_eval_for_run, evaluate_held_out, load_base, prompt_format
 from dynashape.train.config import RunConfig
 from dynashape.train.run_folder import RunFolder, read_metrics
 
@@ -190,21 +190,8 @@ def _train_steps(
 
 def _final_eval(cfg: RunConfig, base: Base, verifier: Any, fmt: Any, progress: bool) -> tuple[dict, float]:
     """The trained model's held-out evaluation (the base model object was trained in place) and its seconds."""
-    from dynashape.train.evaluation import evaluate
-
     start = time.perf_counter()
-    result = evaluate(
-        base.model,
-        base.tokenizer,
-        base.held_out,
-        cfg.eval,
-        verifier,
-        world=base.world,
-        device=cfg.device,
-        prompt_format=fmt,
-        progress=progress,
-        desc="eval final",
-    )
+    result = evaluate_held_out(cfg, base, verifier, fmt=fmt, progress=progress, desc="eval final")
     return result, time.perf_counter() - start
 
 
