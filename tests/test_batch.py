@@ -79,3 +79,31 @@ def test_from_uids_numbers_groups_by_sorted_uid():
     # sorted uids: u1 -> 0, u5 -> 1, u9 -> 2
     assert b.group_ids.tolist() == [2, 0, 2, 1]
     assert b.prompt_keys is None
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.int32, torch.uint8, torch.uint64])
+def test_every_integer_dtype_of_ids_and_lengths_is_legal_and_shapes_as_int64(dtype):
+    """Narrow or unsigned ids and lengths are legal; the shaper sees int64 and gives int64's numbers."""
+    from dynashape import get_shaper
+
+    ref = RolloutBatch(group_ids=torch.tensor([5, 5, 2, 2]), correct=[1, 0, 1, 1], lengths=torch.tensor([3, 40, 5, 6]))
+    b = RolloutBatch(
+        group_ids=torch.tensor([5, 5, 2, 2], dtype=dtype),
+        correct=[1, 0, 1, 1],
+        lengths=torch.tensor([3, 40, 5, 6], dtype=dtype),
+    )
+    assert b.group_ids.dtype == b.lengths.dtype == torch.int64
+    for name, kw in (("grpo", {}), ("lead", {"b_max": 64, "l_min": 4})):
+        assert torch.equal(get_shaper(name, **kw)(b).advantages, get_shaper(name, **kw)(ref).advantages)
+
+
+def test_a_uint64_id_beyond_int64_is_refused_not_wrapped():
+    with pytest.raises(ValueError, match=r"group_ids has a value beyond int64 \(9223372036854775813\) at index 1"):
+        RolloutBatch(group_ids=torch.tensor([0, 2**63 + 5], dtype=torch.uint64), correct=[1, 0], lengths=[1, 2])
+
+
+@pytest.mark.parametrize("uids", [[1, "1"], np.array([1, "1"], dtype=object), ("a", 2)])
+def test_uids_of_mixed_types_are_refused(uids):
+    """numpy would read [1, "1"] as two equal strings and put two prompts into one group."""
+    with pytest.raises(ValueError, match=r"uids mix types \['int', 'str'\]"):
+        RolloutBatch.from_uids(uids, correct=[1, 0], lengths=[1, 2])

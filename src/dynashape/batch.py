@@ -40,9 +40,19 @@ def _fmt_index(idx: tuple[int, ...]) -> str:
     return str(idx[0]) if len(idx) == 1 else str(list(idx))
 
 
-def _require_integer(field: str, t: torch.Tensor) -> None:
+def _require_integer(field: str, t: torch.Tensor) -> torch.Tensor:
+    """``t`` as int64: every integer dtype is legal (engines send int32, numpy may send uint8 ...); the group
+    maths and torch's indexing want int64, and a uint64 value beyond int64 is refused rather than wrapped."""
     if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
         raise ValueError(f"{field} must have an integer dtype, got {t.dtype}")
+    if t.dtype == torch.uint64:
+        as_int64 = t.view(torch.int64)  # torch has few uint64 kernels; values >= 2**63 read as negative here
+        big = as_int64 < 0
+        if bool(big.any()):
+            idx = _first_index(big)
+            raise ValueError(f"{field} has a value beyond int64 ({t[idx].item()}) at index {_fmt_index(idx)}")
+        return as_int64.clone()
+    return t if t.dtype == torch.int64 else t.to(torch.int64)
 
 
 def _require_finite(field: str, t: torch.Tensor) -> None:
@@ -80,7 +90,7 @@ class RolloutBatch:
         n = group_ids.shape[0]
         if n == 0:
             raise ValueError("empty batch: group_ids has 0 rollouts (N must be > 0)")
-        _require_integer("group_ids", group_ids)
+        group_ids = _require_integer("group_ids", group_ids)
         device = group_ids.device
 
         def check_rows(field: str, t: torch.Tensor) -> None:
@@ -108,7 +118,7 @@ class RolloutBatch:
         if lengths.dim() != 1:
             raise ValueError(f"lengths must be 1-D [N], got shape {tuple(lengths.shape)}")
         check_rows("lengths", lengths)
-        _require_integer("lengths", lengths)
+        lengths = _require_integer("lengths", lengths)
         neg = lengths < 0
         if bool(neg.any()):
             idx = _first_index(neg)
@@ -173,6 +183,12 @@ class RolloutBatch:
         return cls(group_ids=group_ids_from_uids(uids, device), **fields)
 
 
+def _require_one_uid_type(uids: Sequence[Any]) -> None:
+    kinds = {int if isinstance(u, (int, np.integer)) else type(u) for u in uids}
+    if len(kinds) > 1:
+        raise ValueError(f"uids mix types {sorted(k.__name__ for k in kinds)}: use one type for every uid")
+
+
 def group_ids_from_uids(uids: Sequence[Any] | np.ndarray, device: torch.device | None = None) -> torch.Tensor:
     """Per-rollout uids (str or int, verl's `index`) -> LongTensor [N] of group ids, numbered by sorted uid.
 
@@ -180,7 +196,11 @@ def group_ids_from_uids(uids: Sequence[Any] | np.ndarray, device: torch.device |
     """
     if isinstance(uids, (str, bytes)):
         raise ValueError("uids must be a sequence of N uids, got a single string")
+    if isinstance(uids, (list, tuple)):
+        _require_one_uid_type(uids)  # numpy would turn [1, "1"] into two equal strings: one group of two prompts
     arr = np.asarray(uids)
+    if arr.dtype == object:
+        _require_one_uid_type(arr.tolist())
     if arr.ndim != 1:
         raise ValueError(f"uids must be 1-D [N], got shape {arr.shape}")
     _, inverse = np.unique(arr.astype(str) if arr.dtype == object else arr, return_inverse=True)
