@@ -407,8 +407,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded by compare
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from dynashape.train.signals import RunInterrupted
+
     try:
         return _COMMANDS[args.command](args)
+    except RunInterrupted as err:  # the step finished and its checkpoint is saved: 128 + signal, as a shell says
+        print(f"dynashape {args.command}: {err}", file=sys.stderr)
+        return 128 + err.signum
     except (ValueError, RuntimeError) as err:  # bad input and broken checkpoints: one clear line, exit 2
         print(f"dynashape {args.command}: error: {err}", file=sys.stderr)
         return 2

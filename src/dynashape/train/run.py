@@ -21,8 +21,9 @@ from dynashape.train import checkpoint as ckpt
 from dynashape.train.base_model import Base, base_eval_for_run, evaluate_held_out, load_base, prompt_format
 from dynashape.train.config import RunConfig
 from dynashape.train.run_folder import RunFolder, read_metrics
+from dynashape.train.signals import RunInterrupted, stop_requests
 
-__all__ = ["RunResult", "read_metrics", "run_summary", "train", "truncated_at"]
+__all__ = ["RunResult", "check_runnable", "read_metrics", "run_summary", "train", "truncated_at"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ def train(
     """
     from dynashape.rewards import MathVerifier
 
+    check_runnable(cfg)  # before the first file is written: a refused run leaves nothing behind
     start_wall = time.perf_counter()
     own_verifier = verifier is None
     with contextlib.ExitStack() as owned:  # the verifier this call starts is closed on every way out
@@ -101,6 +103,19 @@ def train(
 
 
 # ----------------------------------------------------------------------------------------------- phases
+def check_runnable(cfg: RunConfig) -> None:
+    """Refuse, before anything is written or warmed up, what the run would refuse later: the shaper's
+    parameters (its config dataclass validates them; an unknown name is a ValueError naming it)."""
+    from dynashape import config_class
+
+    try:
+        config_class(cfg.train.shaper)(**cfg.train.shaper_kwargs)
+    except TypeError as err:  # an unknown keyword
+        raise ValueError(f"shaper_kwargs of {cfg.train.shaper!r}: {err}") from None
+    except ValueError as err:
+        raise ValueError(f"shaper_kwargs of {cfg.train.shaper!r}: {err}") from None
+
+
 def _trainer(cfg: RunConfig, base: Base, verifier: Any, fmt: Any) -> Any:
     from dynashape.train.loop import Trainer
 
@@ -162,7 +177,7 @@ def _train_steps(
         bar.update(trainer.step_index)
     done_here = 0
     try:
-        with folder.metrics_path.open("a") as out:
+        with folder.metrics_path.open("a") as out, stop_requests() as stop:
             while trainer.step_index < total and (stop_after is None or done_here < stop_after):
                 m = trainer.step().metrics
                 done_here += 1
@@ -179,8 +194,10 @@ def _train_steps(
                     bar.set_postfix(_postfix(m))
                 if on_step is not None:
                     on_step(m)
-                if trainer.step_index == total or (every and trainer.step_index % every == 0):
+                if trainer.step_index == total or (every and trainer.step_index % every == 0) or stop:
                     folder.save_checkpoint(trainer, cfg_hash)
+                if stop:
+                    raise RunInterrupted(folder.root, trainer.step_index, stop[0])
     finally:  # also on an exception or Ctrl-C
         if bar:
             bar.close()

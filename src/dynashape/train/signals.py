@@ -1,0 +1,56 @@
+"""Stopping a run cleanly: the first SIGTERM / SIGINT finishes the current step and saves a checkpoint.
+
+Light on purpose (no torch): the command line catches ``RunInterrupted`` without importing the trainer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunInterrupted", "stop_requests"]
+
+log = logging.getLogger(__name__)
+
+
+class RunInterrupted(RuntimeError):
+    """SIGTERM or SIGINT stopped a run after a whole step, whose checkpoint is saved: starting the run again
+    on the same folder resumes from it."""
+
+    def __init__(self, run_dir: Path, step: int, signum: int) -> None:
+        self.run_dir, self.step, self.signum = run_dir, step, signum
+        name = signal.Signals(signum).name
+        super().__init__(
+            f"{name} received: stopped after step {step}, checkpoint {run_dir / 'checkpoints' / f'step_{step}'} "
+            f"saved; run the same command again (same --run-dir) to resume from it"
+        )
+
+
+@contextlib.contextmanager
+def stop_requests() -> Iterator[list[int]]:
+    """Turn the first SIGTERM / SIGINT into a request to stop after the current step (a second one stops at
+    once, as the default handlers do). Yields a list that holds the signal number once one arrived."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield received
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def request(signum: int, _frame: Any) -> None:
+        received.append(signum)
+        for sig, handler in previous.items():  # a second signal: the usual behaviour
+            signal.signal(sig, handler)
+        log.warning("%s: finishing this step, then saving a checkpoint", signal.Signals(signum).name)
+
+    for sig in previous:
+        signal.signal(sig, request)
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,67 @@
+"""Faults a real run survives: SIGTERM / SIGINT to a real ``dynashape train`` process, torn files, bad values."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+TINY = [
+    "--method", "grpo", "--warmup-steps", "20", "--eval-samples", "1", "--eval-max-new-tokens", "16",
+    "--set", "task.n_train=40", "--set", "task.max_ops=2", "--set", "task.n_test_per_difficulty=1",
+    "--set", "task.n_validation_per_difficulty=1", "--set", "model.hidden_size=16", "--set", "model.num_layers=1",
+    "--set", "model.num_heads=2", "--set", "model.num_kv_heads=2", "--set", "model.intermediate_size=32",
+    "--set", "prompts_per_step=2", "--set", "group_size=2", "--set", "max_new_tokens=12",
+    "--set", "checkpoint_every=0", "--set", "eval.passk_samples=0", "--no-progress",
+]  # fmt: skip
+
+
+def _cli(args, **kw):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "dynashape.cli", "train", *args, *TINY], env=env, **kw)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_finishes_the_step_saves_a_checkpoint_and_the_rerun_resumes(tmp_path, signum):
+    run = tmp_path / "run"
+    args = ["--run-dir", str(run), "--cache-dir", str(tmp_path / "cache"), "--steps", "500"]
+    proc = _cli(args, stderr=subprocess.PIPE, text=True)
+    metrics = run / "metrics.jsonl"
+    deadline = time.monotonic() + 240
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.monotonic() < deadline, "no training step within 240 s"
+        time.sleep(0.2)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, err
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    step = len(lines)
+    assert [m["step"] for m in lines] == list(range(1, step + 1)) and 2 <= step < 500
+    assert f"{signal.Signals(signum).name} received: stopped after step {step}" in err and "resume" in err
+    assert (run / "checkpoints" / f"step_{step}" / "meta.json").is_file()
+    assert not (run / "eval.json").exists()
+
+    again = _cli([*args[:-1], str(step + 1)], stderr=subprocess.PIPE, text=True)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err
+    ev = json.loads((run / "eval.json").read_text())
+    assert (ev["resumed_from"], ev["steps"]) == (step, step + 1)
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == list(range(1, step + 2))
+
+
+def test_refused_shaper_parameters_write_nothing(tmp_path):
+    """A value the shaper refuses is refused before the first file: the corrected rerun is not 'a different
+    config'."""
+    run = tmp_path / "run"
+    args = ["--run-dir", str(run), "--cache-dir", str(tmp_path / "cache"), "--steps", "1"]
+    bad = _cli([*args, "--set", "shaper_kwargs.eps=nan"], stderr=subprocess.PIPE, text=True)
+    _, err = bad.communicate(timeout=120)
+    assert bad.returncode == 2 and "shaper_kwargs of 'grpo'" in err and "eps" in err, err
+    assert not run.exists()
+    unknown = _cli([*args, "--set", "shaper_kwargs.bogus=1"], stderr=subprocess.PIPE, text=True)
+    _, err = unknown.communicate(timeout=120)
+    assert unknown.returncode == 2 and "bogus" in err and not run.exists(), err
