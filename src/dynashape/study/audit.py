@@ -120,7 +120,8 @@ def run_audit(
     audit["seconds"] = time.perf_counter() - start
     out_dir.mkdir(parents=True, exist_ok=True)
     state.write_text(out_dir / "audit.json", json.dumps(audit, indent=1))
-    text = audit_markdown(audit, header="## Audit of the base model (`dynashape audit --write-rules FILE --docs docs/world.md`)\n")
+    header = "## Audit of the base model (`dynashape audit --write-rules FILE --docs docs/world.md`)\n"
+    text = audit_markdown(audit, header=header)
     state.write_text(out_dir / "audit.md", text)
     if rules_out is not None:
         cap = eval_cap(audit["budgets"]["loose"], cfg.eval.max_new_tokens)
