@@ -127,9 +127,7 @@ def _resume(folder: RunFolder, trainer: Any, cfg: RunConfig, cfg_hash: str) -> t
     metrics = folder.read_metrics()
     if latest is not None:
         saved = ckpt.load(latest, cfg_hash=cfg_hash, map_location=cfg.device)
-        trainer.model.load_state_dict(saved.model)
-        trainer.optimizer.load_state_dict(saved.optimizer)
-        trainer.load_state_dict(saved.state)
+        ckpt.restore(saved, model=trainer.model, optimizer=trainer.optimizer, load_state=trainer.load_state_dict)
         resumed_from = saved.step
     elif metrics:
         log.warning("%s has metrics but no checkpoint; starting over", folder.root)

@@ -68,8 +68,9 @@ class RunFolder:
             old = state.read_yaml(self.config_path) or {}
             if ckpt.config_hash(old) != cfg_hash:
                 raise ckpt.CheckpointError(
-                    f"{self.config_path} holds a different config than this run (only train.steps and "
-                    "train.checkpoint_every may change on resume); use a new run folder"
+                    self.config_path,
+                    "holds a different config than this run (only train.steps and train.checkpoint_every may "
+                    "change on resume); use a new run folder",
                 )
         state.write_text(self.config_path, yaml.safe_dump(resolved, sort_keys=False))
         return cfg_hash
