@@ -174,8 +174,16 @@ def _torch_load_problem(err: Exception) -> str:
             if not line.startswith(("Please file an issue", "Check the documentation"))
         ]
         detail = [d for d in detail if d]
-        reason = f": {detail[0]}" if detail else ""
-        return f"holds more than plain values and tensors; loading it would need arbitrary unpickling (refused{reason})"
+        reason = detail[0] if detail else "no reason given"
+        if "GLOBAL" in reason:  # a class or function to import and call: code the file wants run
+            return (
+                f"holds more than plain values and tensors; loading it would need arbitrary unpickling (refused: "
+                f"{reason})"
+            )
+        return (
+            f"is corrupt or not a plain file of values and tensors (the weights-only unpickler refused it: {reason}; "
+            "arbitrary unpickling is never done)"
+        )
     first = lines[0] if lines else ""
     if len(first) > 200:
         first = first[:200] + "..."
