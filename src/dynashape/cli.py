@@ -419,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return _COMMANDS[args.command](args)
-    except (ValueError, RuntimeError) as err:  # bad input and broken checkpoints: one clear line, exit 2
+    except (ValueError, RuntimeError) as err:  # bad input, broken state files, a busy folder: one line, exit 2
         print(f"dynashape {args.command}: error: {err}", file=sys.stderr)
         return 2
 

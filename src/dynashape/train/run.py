@@ -1,9 +1,11 @@
 """A training run, top to bottom: base model and its evaluation, resume, the RL loop, final evaluation, report.
 
-Starting a run on a folder that has checkpoints continues from the last one; the resumed steps reproduce
-the uninterrupted run's metrics exactly on CPU (same RNG states, data position, optimiser and shaper state).
-metrics.jsonl drops the steps after that checkpoint and tb/ gets a new event file that tells TensorBoard to
-drop them too, so both hold each step once. The folder's files are described in ``run_folder``.
+A run holds its folder's lock from start to end: a second ``train`` on the same folder is refused
+(``FolderBusyError``, naming the holder's pid). Starting a run on a folder that has checkpoints continues from
+the last one; the resumed steps reproduce the uninterrupted run's metrics exactly on CPU (same RNG states, data
+position, optimiser and shaper state). metrics.jsonl drops the steps after that checkpoint and tb/ gets a new
+event file that tells TensorBoard to drop them too, so both hold each step once. The folder's files are
+described in ``run_folder``.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ def train(
             verifier = owned.enter_context(MathVerifier(timeout=5.0, workers=1))
         folder = RunFolder(run_dir)
         folder.create()
+        owned.enter_context(folder.lock())  # one run per folder, released on every way out (also a kill)
+        folder.remove_stale_temporaries()
         cfg_hash = folder.write_config(cfg.to_dict())
         base = load_base(cfg, progress=progress)
         fmt = prompt_format(cfg, base.tokenizer, base.world)
