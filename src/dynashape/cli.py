@@ -414,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunInterrupted as err:  # the step finished and its checkpoint is saved: 128 + signal, as a shell says
         print(f"dynashape {args.command}: {err}", file=sys.stderr)
         return 128 + err.signum
-    except (ValueError, RuntimeError) as err:  # bad input and broken checkpoints: one clear line, exit 2
+    except (ValueError, RuntimeError) as err:  # bad input, broken state files, a busy folder: one line, exit 2
         print(f"dynashape {args.command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -11,21 +11,27 @@ study's records) goes through here:
   ``torch_load`` uses ``weights_only=True``: plain values and tensors only, never code run on load.
 * ``FolderLock``: an exclusive lock on a folder (``filelock``) that names the holder's pid when refused.
 
+Temporary files and folders are created with the permissions of an ordinary file (``0o666`` / ``0o777`` less
+the umask), not ``tempfile``'s private ``0o600``, so the file that replaces the target is readable as before.
+
 No torch at import: a helper process that writes JSON never pays for it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fnmatch
 import json
 import os
+import secrets
 import shutil
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "TMP_PREFIX",
     "FolderBusyError",
     "FolderLock",
     "StateFileError",
@@ -45,12 +51,16 @@ TMP_PREFIX = ".tmp-"
 
 
 class StateFileError(ValueError):
-    """A state file is missing, truncated, corrupt, foreign or unsafe; ``path`` names it."""
+    """A state file is missing, truncated, corrupt, foreign or unsafe; ``path`` names it.
 
-    def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
-        self.path = os.fspath(path)
+    ``path`` is None for a state that never was a file (a state dict handed to ``load_state_dict``); the
+    message is then the problem alone.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None, problem: str) -> None:
+        self.path = None if path is None else os.fspath(path)
         self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
+        super().__init__(problem if self.path is None else f"{self.path}: {problem}")
 
 
 def _fsync_folder(folder: str) -> None:
@@ -63,13 +73,24 @@ def _fsync_folder(folder: str) -> None:
             os.close(fd)
 
 
+def _temporary_name(folder: str, name: str) -> str:
+    return os.path.join(folder, f"{TMP_PREFIX}{name}.{secrets.token_hex(4)}")
+
+
 @contextlib.contextmanager
 def _replacing(path: str | os.PathLike[str]) -> Iterator[Any]:
     """Yield a binary handle on a temporary file beside ``path``; on success it replaces ``path``."""
     target = os.path.abspath(os.fspath(path))
     folder = os.path.dirname(target)
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{os.path.basename(target)}.", dir=folder)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = _temporary_name(folder, os.path.basename(target))
+        try:
+            fd = os.open(tmp, flags, 0o666)  # the umask applies, as for any new file
+            break
+        except FileExistsError:  # a name already taken (2**32 of them): draw another
+            continue
     try:
         with os.fdopen(fd, "wb") as handle:
             yield handle
@@ -95,7 +116,10 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
 
 
 def write_json(path: str | os.PathLike[str], data: Any, *, indent: int | None = 1) -> None:
-    """Replace ``path`` by ``data`` as JSON atomically (NaN refused: JSON has none)."""
+    """Replace ``path`` by ``data`` as JSON (and a final newline) atomically; NaN refused: JSON has none.
+
+    The value is serialised before the temporary file exists: a value that cannot be written leaves ``path``
+    as it was and nothing beside it."""
     write_text(path, json.dumps(data, indent=indent, allow_nan=False) + "\n")
 
 
@@ -107,12 +131,18 @@ def torch_save(path: str | os.PathLike[str], obj: Any) -> None:
         torch.save(obj, handle)
 
 
-def read_json(path: str | os.PathLike[str]) -> Any:
-    """The JSON value in ``path``; a ``StateFileError`` naming it when it is missing or not JSON."""
+def _read_text(path: str | os.PathLike[str]) -> str:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise StateFileError(path, f"cannot be read ({err.strerror or err})") from err
+    except UnicodeDecodeError as err:
+        raise StateFileError(path, f"is not UTF-8 text (corrupt or binary: {err.reason} at byte {err.start})") from err
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON value in ``path``; a ``StateFileError`` naming it when it is missing or not JSON."""
+    text = _read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
@@ -121,17 +151,43 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
 
 def read_yaml(path: str | os.PathLike[str]) -> Any:
-    """The YAML value in ``path`` (``yaml.safe_load``: plain values only); ``StateFileError`` when unreadable."""
+    """The YAML value in ``path`` (``yaml.safe_load``: plain values only); ``StateFileError`` when unreadable.
+
+    An empty file is the YAML value None."""
     import yaml
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise StateFileError(path, f"cannot be read ({err.strerror or err})") from err
+    text = _read_text(path)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise StateFileError(path, f"is not valid YAML (truncated or corrupt: {str(err).splitlines()[0]})") from err
+
+
+def _torch_load_problem(err: Exception) -> str:
+    """What a failed ``torch.load(weights_only=True)`` says, in one line (torch's own advice left out)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if lines and lines[0].startswith("Weights only load failed"):
+        # torch's text suggests weights_only=False: exactly what must not be done with a foreign file
+        detail = [
+            line.removeprefix("WeightsUnpickler error:").strip()
+            for line in lines[1:]
+            if not line.startswith(("Please file an issue", "Check the documentation"))
+        ]
+        detail = [d for d in detail if d]
+        reason = detail[0] if detail else "no reason given"
+        if "GLOBAL" in reason:  # a class or function to import and call: code the file wants run
+            return (
+                f"holds more than plain values and tensors; loading it would need arbitrary unpickling (refused: "
+                f"{reason})"
+            )
+        return (
+            f"is corrupt or not a plain file of values and tensors (the weights-only unpickler refused it: {reason}; "
+            "arbitrary unpickling is never done)"
+        )
+    first = lines[0] if lines else ""
+    if len(first) > 200:
+        first = first[:200] + "..."
+    return f"is not a readable torch file (truncated or corrupt: {type(err).__name__}: {first})"
 
 
 def torch_load(path: str | os.PathLike[str], *, map_location: Any = "cpu", expect: type | None = None) -> Any:
@@ -148,54 +204,82 @@ def torch_load(path: str | os.PathLike[str], *, map_location: Any = "cpu", expec
 
     p = os.fspath(path)
     if not os.path.isfile(p):
-        raise StateFileError(p, "does not exist")
+        raise StateFileError(p, "is a folder, not a file" if os.path.isdir(p) else "does not exist")
     if os.path.getsize(p) == 0:
         raise StateFileError(p, "is empty (a write that never finished?)")
     try:
         value = torch.load(p, map_location=map_location, weights_only=True)
     except Exception as err:  # torch raises many types for a truncated, garbled or unsafe file
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        raise StateFileError(
-            p, f"is not a plain torch file of values and tensors ({type(err).__name__}: {first})"
-        ) from err
+        raise StateFileError(p, _torch_load_problem(err)) from err
     if expect is not None and not isinstance(value, expect):
         raise StateFileError(p, f"holds a {type(value).__name__}, expected a {expect.__name__}")
     return value
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsync every file and folder under ``root`` (files written by others, e.g. ``save_pretrained``)."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            p = os.path.join(folder, name)
+            if os.path.islink(p):
+                continue
+            with contextlib.suppress(OSError):
+                fd = os.open(p, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        _fsync_folder(folder)
 
 
 @contextlib.contextmanager
 def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary folder beside ``path``; fill it; on success it is renamed to ``path``.
 
-    Each file written into it should be fsynced by its writer (``write_*`` and ``torch_save`` do); the folder
-    and its parent are fsynced before and after the rename. An existing ``path`` is refused (FileExistsError).
+    Every file in it is fsynced before the rename (whoever wrote it), and the parent after it, so a kill
+    leaves the complete folder or no folder at ``path``. An existing ``path`` is refused (FileExistsError),
+    before the body runs or, when another process renamed its own folder into place meanwhile, at the end
+    (the temporary folder is then removed and ``path`` is theirs); an existing empty folder is replaced.
     """
     target = Path(path).absolute()
     target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists():
-        raise FileExistsError(f"{target} already exists; refusing to replace it")
-    tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{target.name}.", dir=target.parent))
+    if target.exists() and not (target.is_dir() and not any(target.iterdir())):
+        raise FileExistsError(errno.EEXIST, "already exists; refusing to replace it", str(target))
+    while True:
+        tmp = Path(_temporary_name(str(target.parent), target.name))
+        try:
+            os.mkdir(tmp, 0o777)  # the umask applies, as for any new folder
+            break
+        except FileExistsError:
+            continue
     try:
         yield tmp
-        _fsync_folder(str(tmp))
-        os.rename(tmp, target)
+        _fsync_tree(tmp)
+        try:
+            os.rename(tmp, target)  # POSIX: replaces an empty folder, refuses a non-empty one
+        except OSError as err:
+            if err.errno in (errno.EEXIST, errno.ENOTEMPTY) or target.exists():
+                raise FileExistsError(errno.EEXIST, "appeared meanwhile; refusing to replace it", str(target)) from err
+            raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     _fsync_folder(str(target.parent))
 
 
-def remove_stale_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
-    """Remove what interrupted writes left in ``folder`` (names starting with ``TMP_PREFIX``); returns them.
+def remove_stale_temporaries(folder: str | os.PathLike[str], *, also: Iterable[str] = ()) -> list[Path]:
+    """Remove what interrupted writes left in ``folder`` (names starting with ``TMP_PREFIX``, and names that
+    match one of the ``also`` glob patterns: another writer's temporaries); returns what was removed.
 
     Call it only while holding the folder's lock: a live writer's temporary file would go too."""
     root = Path(folder)
     if not root.is_dir():
         return []
+    patterns = tuple(also)
     removed = []
-    for p in root.iterdir():
-        if p.name.startswith(TMP_PREFIX):
-            if p.is_dir():
+    for p in sorted(root.iterdir()):
+        if p.name.startswith(TMP_PREFIX) or any(fnmatch.fnmatchcase(p.name, pat) for pat in patterns):
+            if p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 with contextlib.suppress(OSError):
@@ -205,43 +289,81 @@ def remove_stale_temporaries(folder: str | os.PathLike[str]) -> list[Path]:
 
 
 class FolderBusyError(RuntimeError):
-    """Another process holds the folder's lock."""
+    """Another holder has the folder's lock; ``folder`` names it and ``pid`` the holder (None if unknown)."""
+
+    def __init__(self, folder: str | os.PathLike[str], pid: int | None, what: str) -> None:
+        self.folder = os.fspath(folder)
+        self.pid = pid
+        if pid is not None and pid == os.getpid():
+            message = (
+                f"{self.folder} is already locked by this process (pid {pid}) for {what}; a second FolderLock on "
+                "the same folder is refused: share the one that holds it"
+            )
+        else:
+            message = (
+                f"{self.folder} is in use by another process (pid {'unknown' if pid is None else pid}) running "
+                f"{what}; wait for it to finish or stop it, or use another folder"
+            )
+        super().__init__(message)
 
 
 class FolderLock:
     """An exclusive, non-blocking lock on ``folder`` (a ``.lock`` file through ``filelock``), held by one
-    process at a time; the holder's pid is written beside it so that a refusal can name it.
+    holder at a time; the holder's pid is written beside it (``.lock.pid``) so that a refusal can name it.
 
     The operating system releases the lock when the holder dies (a kill -9 included), so a stale lock never
-    blocks a rerun.
+    blocks a rerun. The lock is reentrant for the same ``FolderLock`` object; a second ``FolderLock`` on the
+    same folder is refused even in the same process (share the object instead).
     """
+
+    LOCK_NAME = ".lock"
+    PID_NAME = ".lock.pid"
 
     def __init__(self, folder: str | os.PathLike[str], *, what: str = "this folder") -> None:
         from filelock import FileLock
 
         self.folder = Path(folder)
         self.what = what
-        self._lock = FileLock(str(self.folder / ".lock"), timeout=0)
-        self._pid_file = self.folder / ".lock.pid"
+        # thread_local=False: the lock belongs to the process, so a thread pool may release what it acquired
+        self._lock = FileLock(str(self.folder / self.LOCK_NAME), timeout=0, thread_local=False)
+        self._pid_file = self.folder / self.PID_NAME
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock now."""
+        return self._lock.is_locked
+
+    def _holder(self) -> int | None:
+        try:
+            return int(self._pid_file.read_text().strip())
+        except (OSError, ValueError):  # not written yet, or removed by a holder that is releasing it
+            return None
 
     def acquire(self) -> FolderLock:
+        """Take the lock (again, for the holder: reentrant); raises FolderBusyError when another holds it."""
         from filelock import Timeout
 
         self.folder.mkdir(parents=True, exist_ok=True)
+        first = not self._lock.is_locked
         try:
             self._lock.acquire()
         except Timeout:
-            holder = self._pid_file.read_text().strip() if self._pid_file.exists() else "unknown"
-            raise FolderBusyError(
-                f"{self.folder} is in use by another process (pid {holder}) running {self.what}; wait for it to "
-                "finish or stop it, or use another folder"
-            ) from None
-        self._pid_file.write_text(f"{os.getpid()}\n")
+            raise FolderBusyError(self.folder, self._holder(), self.what) from None
+        if first:
+            try:
+                write_text(self._pid_file, f"{os.getpid()}\n")
+            except BaseException:
+                self._lock.release()
+                raise
         return self
 
     def release(self) -> None:
-        with contextlib.suppress(OSError):
-            self._pid_file.unlink()
+        """Give one acquisition back; the last one removes the pid file and unlocks. No-op when not held."""
+        if not self._lock.is_locked:
+            return
+        if self._lock.lock_counter == 1:
+            with contextlib.suppress(OSError):
+                self._pid_file.unlink()
         self._lock.release()
 
     def __enter__(self) -> FolderLock:

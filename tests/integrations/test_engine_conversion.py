@@ -228,6 +228,29 @@ def test_state_file_round_trip_and_refusals(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("damage", ["empty", "truncated", "list", "foreign_run_field"])
+def test_a_damaged_state_file_is_a_state_file_error_naming_it(tmp_path, damage):
+    from dynashape.integrations.verl import state as vs
+    from dynashape.state import StateFileError
+
+    run = {"project_name": "p", "experiment_name": "e"}
+    path = str(tmp_path / "global_step_3" / vs.state_file_name("lead"))
+    vs.write_state_file(path, estimator="lead", global_step=3, run=run, shaper_state={"x": torch.ones(64)})
+    raw = open(path, "rb").read()
+    if damage == "empty":
+        open(path, "wb").close()
+    elif damage == "truncated":
+        open(path, "wb").write(raw[: len(raw) // 2])
+    elif damage == "list":
+        torch.save([1, 2], path)
+    else:
+        torch.save({"format": 1, "estimator": "lead", "global_step": 3, "run": ["p", "e"], "shaper": {}}, path)
+    with pytest.raises(StateFileError, match=rf"^{path}: ") as err:
+        vs.load_state_file(path, estimator="lead", global_step=3, run=run)
+    assert err.value.path == path
+    assert sorted(p.name for p in (tmp_path / "global_step_3").iterdir()) == [vs.state_file_name("lead")]
+
+
 def test_state_paths_follow_verls_folders(tmp_path):
     from dynashape.integrations.verl import state as vs
 

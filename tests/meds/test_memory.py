@@ -12,6 +12,7 @@ import torch
 
 import dynashape.meds.memory as memory_module
 from dynashape.meds.memory import ErrorMemory, MemoryConfig, MemoryFileError
+from dynashape.state import StateFileError
 
 W, R = False, True  # bank correctness
 
@@ -314,8 +315,9 @@ def test_bad_file_raises_and_keeps_state(tmp_path: os.PathLike[str], kind: str) 
     for v in random_visits(1, seed=3):
         other.update(*v)
     before = other.state_dict()
-    with pytest.raises(MemoryFileError, match=r"bad\.pt"):
+    with pytest.raises(MemoryFileError, match=r"bad\.pt") as err:
         other.load(bad)
+    assert isinstance(err.value, StateFileError) and err.value.path == bad  # the package's one error type
     assert_same_state(other.state_dict(), before)
 
 

@@ -1,9 +1,12 @@
-"""A checkpoint's state file that would run code when unpickled is refused, and the code never runs."""
+"""A checkpoint's state file that would run code when unpickled is refused, and the code never runs; a
+checkpoint whose files do not hold what they should is a CheckpointError naming the file."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -74,7 +77,108 @@ def test_state_file_that_runs_code_is_refused(tmp_path, file):
         pickle.load(f)
     assert marker.exists()
     marker.unlink()
-    with pytest.raises(ckpt.CheckpointError, match=rf"checkpoint {path} is corrupt: .*"):
+    pattern = rf"{re.escape(str(path / file))}: checkpoint file is corrupt: .*arbitrary unpickling"
+    with pytest.raises(ckpt.CheckpointError, match=pattern):
         ckpt.load(path, cfg_hash="h")
     assert not marker.exists(), "loading the checkpoint ran code from the file"
     assert (path / file).exists(), "the refused file is kept"
+
+
+def _trainer_state(step: int = 1) -> dict:
+    return {
+        "step": step,
+        "stream": {"epoch": 0, "index": 4},
+        "generator": torch.Generator().get_state(),
+        "torch_rng": torch.get_rng_state(),
+        "shaper": {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("file", "content", "problem"),
+    [
+        ("state.pt", [1, 2, 3], "holds a list, expected a dict"),
+        ("state.pt", {k: v for k, v in _trainer_state().items() if k != "step"}, "no 'step' entry"),
+        ("state.pt", {k: v for k, v in _trainer_state().items() if k != "stream"}, "no 'stream' entry"),
+        ("state.pt", {k: v for k, v in _trainer_state().items() if k != "shaper"}, "no 'shaper' entry"),
+        ("state.pt", {**_trainer_state(), "stream": [0, 4]}, "'stream' holds a list, expected dict"),
+        ("state.pt", {**_trainer_state(), "step": "1"}, "'step' holds a str, expected int"),
+        ("state.pt", _trainer_state(step=7), "state step 7 != meta step 1"),
+        ("model.pt", [torch.ones(2)], "holds a list, expected a dict"),
+        ("model.pt", {"weight": [1.0, 2.0]}, "not a state dict of tensors"),
+        ("optimizer.pt", {"state": {}}, "not an optimizer state dict"),
+    ],
+)
+def test_structurally_tampered_checkpoint_is_a_checkpoint_error_naming_the_file(tmp_path, file, content, problem):
+    path = _write_checkpoint(tmp_path, _trainer_state())
+    assert ckpt.load(path, cfg_hash="h").step == 1  # the untouched checkpoint loads
+    torch.save(content, path / file)
+    with pytest.raises(ckpt.CheckpointError, match=rf"{re.escape(str(path / file))}: .*{re.escape(problem)}") as err:
+        ckpt.load(path, cfg_hash="h")
+    assert err.value.path == str(path / file)
+    assert isinstance(err.value, ValueError) and isinstance(err.value, RuntimeError)  # StateFileError; as before
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"), [("", "is empty"), ('{"format": 1, "st', "not JSON"), ("[1]", "holds a list")]
+)
+def test_broken_meta_json_is_a_checkpoint_error_naming_it(tmp_path, text, problem):
+    path = _write_checkpoint(tmp_path, _trainer_state())
+    (path / "meta.json").write_text(text)
+    with pytest.raises(ckpt.CheckpointError, match=rf"{re.escape(str(path / 'meta.json'))}: .*{problem}"):
+        ckpt.load(path, cfg_hash="h")
+
+
+def test_content_that_does_not_fit_the_trainer_names_its_file(tmp_path):
+    path = _write_checkpoint(tmp_path, _trainer_state())
+    saved = ckpt.load(path, cfg_hash="h")
+    other = torch.nn.Linear(4, 2)  # another shape: model.pt does not fit it
+    with pytest.raises(ckpt.CheckpointError, match=rf"{re.escape(str(path / 'model.pt'))}: .*does not fit"):
+        ckpt.restore(saved, model=other, optimizer=torch.optim.AdamW(other.parameters()), load_state=lambda s: None)
+
+    def needs_more(state: dict) -> None:
+        state["stream"]["order"]  # what a trainer reading a key the file lacks does
+
+    model = torch.nn.Linear(3, 2)
+    with pytest.raises(ckpt.CheckpointError, match=rf"{re.escape(str(path / 'state.pt'))}: .*KeyError"):
+        ckpt.restore(saved, model=model, optimizer=torch.optim.AdamW(model.parameters()), load_state=needs_more)
+
+
+def test_checkpoint_files_are_written_whole_and_nothing_else_is_left(tmp_path):
+    path = _write_checkpoint(tmp_path, _trainer_state())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_1"]
+    assert sorted(p.name for p in path.iterdir()) == sorted(ckpt.CHECKPOINT_FILES)
+    assert json.loads((path / "meta.json").read_text()) == {
+        "format": 1,
+        "step": 1,
+        "config_hash": "h",
+        "files": list(ckpt.CHECKPOINT_FILES),
+    }
+
+
+def test_a_failed_checkpoint_write_leaves_no_checkpoint(tmp_path):
+    model = torch.nn.Linear(3, 2)
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise RuntimeError("cannot serialise this")
+
+    with pytest.raises(RuntimeError, match="cannot serialise"):
+        ckpt.save(
+            tmp_path,
+            step=1,
+            model=model,
+            optimizer=torch.optim.AdamW(model.parameters()),
+            state={**_trainer_state(), "bad": Unpicklable()},
+            cfg_hash="h",
+        )
+    assert list(tmp_path.iterdir()) == []
+    assert ckpt.latest_checkpoint(tmp_path) is None
+
+
+def test_latest_checkpoint_ignores_temporary_folders(tmp_path):
+    _write_checkpoint(tmp_path, _trainer_state())
+    for name in (".tmp-step_5.1a2b3c4d", ".step_6.tmp1234-5678", ".tmp-step_7.deadbeef"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.pt").write_bytes(b"half")
+    assert ckpt.latest_checkpoint(tmp_path) == tmp_path / "step_1"

@@ -136,7 +136,7 @@ def test_a_killed_comparison_resumes_without_retraining_finished_runs(compared, 
 
 
 def test_tuning_reads_the_validation_split_only_and_feeds_the_test_rows(base_cache, tmp_path):
-    import fcntl
+    from lock_holder import held_by_another_process
 
     template = _template(base_cache)
 
@@ -153,11 +153,9 @@ def test_tuning_reads_the_validation_split_only_and_feeds_the_test_rows(base_cac
 
     # a tuning run held by another process (an orphan of a killed compare): reported, and no value is chosen
     busy = tmp_path / "tuning" / "tight" / "shorterbetter" / f"beta=0.03-seed{TUNING_SEED_OFFSET}"
-    busy.mkdir(parents=True)
-    with (busy / "runner.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with held_by_another_process(busy) as orphan:
         first = compare()
-    assert any("being trained by another process" in f for f in first["failed"])
+    assert any(f"FolderBusyError: {busy} is in use by another process (pid {orphan})" in f for f in first["failed"])
     assert any(f.startswith("shorterbetter tight seeds [0]: not run") for f in first["failed"])
     assert not (tmp_path / "runs").exists() and not (tmp_path / "tuning.json").exists()
     # the rerun trains only the missing grid value, then the test row at the chosen value

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,10 +60,10 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from dynashape.batch import RolloutBatch
 from dynashape.integrations._prompts import prompt_key_of
-from dynashape.integrations.verl.estimators import save_state_atomic
 from dynashape.meds.capture import FingerprintCapture
 from dynashape.meds.positions import answer_positions, answer_targets
 from dynashape.shapers import Shaped, Shaper
+from dynashape.state import StateFileError, torch_load, torch_save
 
 __all__ = [
     "STATE_FILE",
@@ -116,25 +115,20 @@ class ShaperStateCallback(TrainerCallback):
         if not args.should_save:
             return
         folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        save_state_atomic(self.shaper.state_dict(), os.path.join(folder, STATE_FILE))
+        torch_save(os.path.join(folder, STATE_FILE), dict(self.shaper.state_dict()))  # atomic, fsynced
 
 
 def load_shaper_state(path: str) -> dict[str, Any]:
     """The shaper state in ``path``, read with ``torch.load(weights_only=True)``: plain values and tensors only.
 
     Raises:
-        ValueError: When the file holds anything else (a pickled object could run code on load); the message
-            names the file.
+        StateFileError: (a ValueError) when the file is empty, truncated or holds anything else (a pickled
+            object could run code on load: refused, never run); the message names the file.
     """
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        raise ValueError(
-            f"{path}: not a dynashape shaper state (plain values and tensors); refusing to unpickle it: {err}"
-        ) from err
-    if not isinstance(state, dict):
-        raise ValueError(f"{path}: expected a shaper state dict, got {type(state).__name__}")
-    return state
+        return torch_load(path, map_location="cpu", expect=dict)
+    except StateFileError as err:
+        raise StateFileError(path, f"not a dynashape shaper state (plain values and tensors): {err.problem}") from err
 
 
 # GRPOConfig options that shape TRL's own advantages. ShapedGRPOTrainer replaces those advantages with the

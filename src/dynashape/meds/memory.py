@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 from collections.abc import Sequence
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from dynashape import state as state_files
 from dynashape.meds.clustering import (
     BACKENDS,
     CLUSTER_METHODS,
@@ -44,8 +44,10 @@ STATE_VERSION = 1
 _STATE_BOUND_FIELDS = ("cluster_method", "min_cluster_size", "min_samples")
 
 
-class MemoryFileError(ValueError):
-    """A memory file or state dict is corrupt, truncated, foreign, or of an unknown format version."""
+class MemoryFileError(state_files.StateFileError):
+    """A memory file or state dict is corrupt, truncated, foreign, or of an unknown format version.
+
+    ``MemoryFileError(path, problem)``: ``path`` names the file, or is None for a state dict (no file)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -393,23 +395,8 @@ class ErrorMemory:
         self.banks_ = banks
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write :meth:`state_dict` to ``path`` atomically (temp file in the same folder, os.replace)."""
-        import torch
-
-        state = self.state_dict()
-        path = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".meds-memory-", suffix=".tmp", dir=folder)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(state, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        """Write :meth:`state_dict` to ``path`` atomically (``state.torch_save``: fsynced, os.replace)."""
+        state_files.torch_save(path, self.state_dict())
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Load a file written by :meth:`save` (``torch.load(weights_only=True)``: no arbitrary unpickling).
@@ -418,32 +405,31 @@ class ErrorMemory:
             MemoryFileError: the file is unreadable, truncated, corrupt or not an ErrorMemory state; the
                 in-memory state is untouched.
         """
-        import torch
-
         try:
-            state = torch.load(os.fspath(path), map_location="cpu", weights_only=True)
-        except Exception as err:
-            raise MemoryFileError(f"{os.fspath(path)!r} is not a readable ErrorMemory file: {err}") from err
+            state = state_files.torch_load(path, map_location="cpu")
+        except state_files.StateFileError as err:
+            raise MemoryFileError(path, f"not a readable ErrorMemory file ({err.problem})") from err
         try:
             self.load_state_dict(state)
         except MemoryFileError as err:
-            raise MemoryFileError(f"{os.fspath(path)!r}: {err}") from err
+            raise MemoryFileError(path, err.problem) from err
 
 
 # ------------------------------------------------------------------------------------------------- helpers
 def _banks_from_state(state: Any, config: MemoryConfig) -> dict[BankKey, _Bank]:
     """Validate a state dict and rebuild its banks; raises MemoryFileError on anything unexpected."""
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise MemoryFileError(f"not an ErrorMemory state (expected format {STATE_FORMAT!r})")
+        raise MemoryFileError(None, f"not an ErrorMemory state (expected format {STATE_FORMAT!r})")
     if state.get("version") != STATE_VERSION:
-        raise MemoryFileError(f"unsupported ErrorMemory state version {state.get('version')!r}")
+        raise MemoryFileError(None, f"unsupported ErrorMemory state version {state.get('version')!r}")
     try:
         saved = state["config"]
         for field in _STATE_BOUND_FIELDS:
             if saved[field] != getattr(config, field):
                 raise MemoryFileError(
+                    None,
                     f"state was saved with {field}={saved[field]!r} but this memory has "
-                    f"{field}={getattr(config, field)!r}"
+                    f"{field}={getattr(config, field)!r}",
                 )
         keys, corr = list(state["prompt_keys"]), list(state["correct"])
         lengths = np.asarray(state["lengths"], dtype=np.int64).reshape(-1)
@@ -453,22 +439,22 @@ def _banks_from_state(state: Any, config: MemoryConfig) -> dict[BankKey, _Bank]:
     except MemoryFileError:
         raise
     except Exception as err:
-        raise MemoryFileError(f"malformed ErrorMemory state: {err}") from err
+        raise MemoryFileError(None, f"malformed ErrorMemory state: {err}") from err
     b = len(keys)
     if not (len(corr) == lengths.size == dims.size == b):
-        raise MemoryFileError("malformed ErrorMemory state: per-bank fields have different lengths")
+        raise MemoryFileError(None, "malformed ErrorMemory state: per-bank fields have different lengths")
     if not all(isinstance(k, str) for k in keys) or not all(isinstance(c, bool) for c in corr):
-        raise MemoryFileError("malformed ErrorMemory state: prompt_keys must be str and correct bool")
+        raise MemoryFileError(None, "malformed ErrorMemory state: prompt_keys must be str and correct bool")
     if (lengths < 1).any() or (dims < 1).any():
-        raise MemoryFileError("malformed ErrorMemory state: a bank has no points or no dimension")
+        raise MemoryFileError(None, "malformed ErrorMemory state: a bank has no points or no dimension")
     if vectors.dtype != np.float32 or labels.dtype != np.int64:
-        raise MemoryFileError("malformed ErrorMemory state: vectors must be float32 and labels int64")
+        raise MemoryFileError(None, "malformed ErrorMemory state: vectors must be float32 and labels int64")
     if vectors.size != int((lengths * dims).sum()) or labels.size != int(lengths.sum()):
-        raise MemoryFileError("malformed ErrorMemory state: vectors/labels sizes do not match lengths/dims")
+        raise MemoryFileError(None, "malformed ErrorMemory state: vectors/labels sizes do not match lengths/dims")
     if not np.isfinite(vectors).all() or (labels < -1).any():
-        raise MemoryFileError("malformed ErrorMemory state: non-finite vectors or labels below -1")
+        raise MemoryFileError(None, "malformed ErrorMemory state: non-finite vectors or labels below -1")
     if len(set(zip(keys, corr, strict=True))) != b:
-        raise MemoryFileError("malformed ErrorMemory state: duplicate bank keys")
+        raise MemoryFileError(None, "malformed ErrorMemory state: duplicate bank keys")
     v_ends = np.cumsum(lengths * dims)
     l_ends = np.cumsum(lengths)
     banks: dict[BankKey, _Bank] = {}

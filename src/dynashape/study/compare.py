@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dynashape import state
 from dynashape.study.presets import make_train_config, tuning_grids, tuning_overrides
 from dynashape.study.scheduler import Job, Outcome, default_jobs, prepare, run_jobs
 from dynashape.train.config import RunConfig
@@ -310,13 +311,12 @@ def machine() -> dict[str, Any]:
 
 
 def _write_json(path: Path, data: Any, *, compact: bool = False) -> None:
-    """Write atomically; ``compact``: one line per list item (runs.json, one line per run, diffs well in git)."""
-    tmp = path.with_suffix(f".tmp{id(data)}")
+    """Write atomically (``dynashape.state``); ``compact``: one line per list item (runs.json, one line per run,
+    diffs well in git)."""
     if compact:
-        tmp.write_text("[\n" + ",\n".join(json.dumps(x, separators=(",", ":")) for x in data) + "\n]\n")
+        state.write_text(path, "[\n" + ",\n".join(json.dumps(x, separators=(",", ":")) for x in data) + "\n]\n")
     else:
-        tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
+        state.write_json(path, data, indent=1)
 
 
 def _record(outcome: Outcome, spec: RunSpec, out: Path) -> dict[str, Any]:
@@ -362,7 +362,7 @@ def run_comparison(
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     previous = out / "tuning.json"
-    plan = _Tuning(rows, seeds, tuning_seeds, tune, json.loads(previous.read_text()) if previous.exists() else {})
+    plan = _Tuning(rows, seeds, tuning_seeds, tune, state.read_json(previous) if previous.exists() else {})
     expected = plan.expected
     if dry_run:
         for spec in plan.ready:
@@ -375,7 +375,7 @@ def run_comparison(
 
     out.mkdir(parents=True, exist_ok=True)
     meta_path = out / "comparison.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {"invocations": []}
+    meta = state.read_json(meta_path) if meta_path.exists() else {"invocations": []}
     meta.update(
         {
             "command": command or " ".join(sys.argv),
@@ -418,7 +418,7 @@ def run_comparison(
     # finished runs recorded by earlier invocations stay in runs.json while their eval.json exists, also those
     # this invocation will reach again (reused: the same record then replaces them): a comparison killed before
     # it gets back to them must not drop them
-    old = json.loads((out / "runs.json").read_text()) if (out / "runs.json").exists() else []
+    old = state.read_json(out / "runs.json") if (out / "runs.json").exists() else []
     kept = [r for r in old if (out / r["run_dir"] / "eval.json").exists()]
     failed: list[str] = []
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from dynashape import state
 from dynashape.study.claims import evaluate_claims, metric_per_problem, metric_value
 from dynashape.study.results_page import TABLE_METRICS, kept_claims, results_markdown
 from dynashape.study.stats import hierarchical_bootstrap, mean_sd, paired_values, t_interval
@@ -31,7 +32,7 @@ RunMap = dict[tuple[str, str], dict[int, dict[str, Any]]]
 
 
 def _read(path: Path, default: Any) -> Any:
-    return json.loads(path.read_text()) if path.exists() else default
+    return state.read_json(path) if path.exists() else default
 
 
 def load_runs(out: str | Path) -> list[dict[str, Any]]:
@@ -42,7 +43,7 @@ def load_runs(out: str | Path) -> list[dict[str, Any]]:
     for r in records:
         path = out / r["run_dir"] / "eval.json"
         if path.exists():
-            r["eval"] = json.loads(path.read_text())
+            r["eval"] = state.read_json(path)
         r.setdefault("eval", None)
     return records
 
@@ -255,8 +256,8 @@ def write_results(out: str | Path, report: str | Path, *, n_boot: int = 2000) ->
     rel = [str(p.relative_to(report.parent)) for p in written]
     claims_text = kept_claims(report)
     json_path = report.with_suffix(".json")
-    json_path.write_text(json.dumps(_clean(results), indent=1, allow_nan=False))
-    report.write_text(results_markdown(results, claims_text, rel))
+    state.write_text(json_path, json.dumps(_clean(results), indent=1, allow_nan=False))
+    state.write_text(report, results_markdown(results, claims_text, rel))
     return [report, json_path, *written]
 
 

@@ -11,8 +11,9 @@
    estimate of the time left), plain lines that read well in a log file.
 
 A job is finished when its folder's ``eval.json`` exists for the same config, step count and split; finished
-jobs are reused, not run again. A run folder is locked (``flock``) while a process trains it, so a restarted
-runner never trains a folder that an orphaned process of a killed one is still writing.
+jobs are reused, not run again. ``train()`` holds its run folder's lock (``dynashape.state.FolderLock``) for the
+whole run, so a restarted runner never trains a folder that an orphaned process of a killed one is still
+writing: that job fails with ``FolderBusyError`` naming the orphan's pid, and the others go on.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dynashape import state
 from dynashape.train.config import RunConfig
 
 __all__ = ["Job", "Outcome", "default_jobs", "finished_eval", "prepare", "run_jobs"]
@@ -72,17 +74,17 @@ def _clock(seconds: float) -> str:
 
 def finished_eval(job: Job) -> dict[str, Any] | None:
     """The job's eval.json when its folder holds a finished run of exactly this job, else None."""
-    import yaml
-
     from dynashape.train import checkpoint as ckpt
 
     done, config = job.run_dir / "eval.json", job.run_dir / "config.yaml"
     if not (done.exists() and config.exists()):
         return None
     try:
-        ev = json.loads(done.read_text())
-        old = yaml.safe_load(config.read_text()) or {}
-    except (json.JSONDecodeError, yaml.YAMLError):
+        ev = state.read_json(done)
+        old = state.read_yaml(config) or {}
+    except state.StateFileError:
+        return None
+    if not (isinstance(ev, dict) and isinstance(old, dict)):
         return None
     same_config = ckpt.config_hash(old) == ckpt.config_hash(job.cfg.to_dict())
     if same_config and ev.get("steps") == job.cfg.train.steps and ev.get("split", "test") == job.cfg.eval.split:
@@ -143,22 +145,15 @@ def _init_worker(threads: int) -> None:
 
 
 def _run_one(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
-    """Train (or resume) one run while holding its folder's lock; what the parent needs back."""
+    """Train (or resume) one run; ``train`` holds the folder's lock (a busy folder: ``FolderBusyError``).
+
+    The lock is taken there and only there: a second lock object on the same folder in this process would be
+    refused by the first."""
     from dynashape.train.run import train
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with (run_dir / "runner.lock").open("w") as lock:
-        try:
-            import fcntl
-
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:  # no flock (Windows): no protection against an orphaned writer
-            pass
-        except BlockingIOError:
-            raise RuntimeError(f"{run_dir} is being trained by another process") from None
-        start = time.perf_counter()
-        result = train(cfg, run_dir, progress=False, report=False)
-        return {"eval": result.eval, "resumed_from": result.resumed_from, "seconds": time.perf_counter() - start}
+    start = time.perf_counter()
+    result = train(cfg, run_dir, progress=False, report=False)
+    return {"eval": result.eval, "resumed_from": result.resumed_from, "seconds": time.perf_counter() - start}
 
 
 def _headline(ev: dict[str, Any] | None) -> str:

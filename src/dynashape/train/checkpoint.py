@@ -2,44 +2,71 @@
 
 ``checkpoints/step_N/`` holds ``model.pt`` (policy state dict), ``optimizer.pt``, ``state.pt`` (step, RNG
 states, data position, shaper state: LEAD's EMA, MEDS's memory; plain values and tensors) and ``meta.json``
-(format version, step, hash of the resolved config, file list). It is written to a temporary folder and
-renamed into place, so a killed run leaves either a complete checkpoint or none. A checkpoint that cannot be
-read or that belongs to a different config raises ``CheckpointError`` with what is wrong; nothing here ever
-deletes or overwrites it. Every file is read with ``torch.load(weights_only=True)``: a file that would need
-arbitrary unpickling (code run on load) is refused as corrupt.
+(format version, step, hash of the resolved config, file list). It is written with ``state.atomic_folder``
+(each file fsynced, the folder renamed into place), so a killed run leaves either a complete checkpoint or
+none. A checkpoint that cannot be read, whose files do not hold what they should, or that belongs to a
+different config raises ``CheckpointError`` naming the folder or the file at fault; nothing here ever deletes
+or overwrites it. Every file is read with ``state.torch_load`` (``weights_only=True``): a file that would need
+arbitrary unpickling (code run on load) is refused as corrupt, and its code never runs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["CHECKPOINT_FILES", "Checkpoint", "CheckpointError", "config_hash", "latest_checkpoint", "load", "save"]
+from dynashape.state import TMP_PREFIX, StateFileError, atomic_folder, read_json, torch_load, torch_save, write_text
+
+__all__ = [
+    "CHECKPOINT_FILES",
+    "LEGACY_TEMPORARIES",
+    "STATE_KEYS",
+    "Checkpoint",
+    "CheckpointError",
+    "config_hash",
+    "latest_checkpoint",
+    "load",
+    "restore",
+    "save",
+]
 
 FORMAT = 1
 CHECKPOINT_FILES: tuple[str, ...] = ("model.pt", "optimizer.pt", "state.pt", "meta.json")
+STATE_KEYS: dict[str, type] = {
+    "step": int,
+    "stream": dict,
+    "generator": torch.Tensor,
+    "torch_rng": torch.Tensor,
+    "shaper": dict,
+}
+"""What ``state.pt`` must hold (the trainer's ``state_dict``): key -> type of its value."""
+LEGACY_TEMPORARIES: tuple[str, ...] = (".step_*.tmp*",)
+"""Names of the temporary folders that writers before ``state.atomic_folder`` left behind when killed."""
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint is incomplete, corrupt or incompatible with the run's config."""
+class CheckpointError(StateFileError, RuntimeError):
+    """A checkpoint is incomplete, corrupt or incompatible with the run's config.
+
+    ``path`` is the checkpoint folder, or the file at fault. A ``StateFileError`` (a ``ValueError``) and, as
+    it always was, a ``RuntimeError``.
+    """
 
 
 @dataclass
 class Checkpoint:
-    """What a checkpoint restores."""
+    """What a checkpoint restores (``path``: the folder it was read from)."""
 
     step: int
     model: dict[str, torch.Tensor]
     optimizer: dict[str, Any]
     state: dict[str, Any]
+    path: Path | None = None
 
 
 def config_hash(config: dict[str, Any]) -> str:
@@ -68,39 +95,51 @@ def save(
     cfg_hash: str,
 ) -> Path:
     """Write ``directory/step_<step>`` atomically; refuses to replace an existing checkpoint of that step."""
-    root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step}"
+    final = Path(directory) / f"step_{step}"
+    refused = "already exists; refusing to overwrite a checkpoint"
     if final.exists():
-        raise CheckpointError(f"checkpoint {final} already exists; refusing to overwrite it")
-    tmp = root / f".step_{step}.tmp{os.getpid()}-{time.time_ns()}"
-    tmp.mkdir()
+        raise CheckpointError(final, refused)
+    meta = {"format": FORMAT, "step": step, "config_hash": cfg_hash, "files": list(CHECKPOINT_FILES)}
     try:
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp / "model.pt")
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save(state, tmp / "state.pt")
-        meta = {"format": FORMAT, "step": step, "config_hash": cfg_hash, "files": list(CHECKPOINT_FILES)}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        tmp.rename(final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with atomic_folder(final) as tmp:
+            torch_save(tmp / "model.pt", {k: v.detach().cpu() for k, v in model.state_dict().items()})
+            torch_save(tmp / "optimizer.pt", optimizer.state_dict())
+            torch_save(tmp / "state.pt", state)
+            write_text(tmp / "meta.json", json.dumps(meta, indent=1))
+    except FileExistsError as err:  # another writer put that step in place meanwhile: theirs stays
+        raise CheckpointError(final, refused) from err
     return final
 
 
 def latest_checkpoint(directory: str | Path) -> Path | None:
-    """The ``step_N`` folder with the largest N, or None when there is none (temporary folders ignored)."""
+    """The ``step_N`` folder with the largest N, or None when there is none.
+
+    Temporary folders (``state.TMP_PREFIX`` names, and the ``.step_N.tmp*`` of older writers) are ignored: a
+    killed write is no checkpoint."""
     root = Path(directory)
     if not root.is_dir():
         return None
     steps = []
     for p in root.iterdir():
-        if p.is_dir() and p.name.startswith("step_"):
+        if p.name.startswith((TMP_PREFIX, ".")) or not p.is_dir():
+            continue
+        if p.name.startswith("step_"):
             suffix = p.name[len("step_") :]
             if not suffix.isdigit():
-                raise CheckpointError(f"unexpected folder {p} among checkpoints (expected step_<N>)")
+                raise CheckpointError(p, "unexpected folder among checkpoints (expected step_<N>)")
             steps.append((int(suffix), p))
     return max(steps)[1] if steps else None
+
+
+def _read(file: Path, map_location: Any) -> dict[str, Any]:
+    try:
+        return torch_load(file, map_location=map_location, expect=dict)
+    except StateFileError as err:
+        raise CheckpointError(file, f"checkpoint file is corrupt: {err.problem}") from err
+
+
+def _malformed(file: Path, what: str) -> CheckpointError:
+    return CheckpointError(file, f"checkpoint file is corrupt: {what}")
 
 
 def load(path: str | Path, *, cfg_hash: str, map_location: str | torch.device = "cpu") -> Checkpoint:
@@ -108,26 +147,72 @@ def load(path: str | Path, *, cfg_hash: str, map_location: str | torch.device = 
     path = Path(path)
     missing = [f for f in CHECKPOINT_FILES if not (path / f).is_file()]
     if missing:
-        raise CheckpointError(f"checkpoint {path} is incomplete: missing {missing}")
+        raise CheckpointError(path, f"checkpoint is incomplete: missing {missing}")
+    meta_file = path / "meta.json"
     try:
-        meta = json.loads((path / "meta.json").read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"checkpoint {path}: meta.json is unreadable ({err})") from err
+        meta = read_json(meta_file)
+    except StateFileError as err:
+        raise CheckpointError(meta_file, f"checkpoint metadata is unreadable: {err.problem}") from err
+    if not isinstance(meta, dict):
+        raise _malformed(meta_file, f"holds a {type(meta).__name__}, expected a dict")
     if meta.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint {path}: format {meta.get('format')!r}, this version reads {FORMAT}")
+        raise CheckpointError(meta_file, f"checkpoint format {meta.get('format')!r}, this version reads {FORMAT}")
     if meta.get("config_hash") != cfg_hash:
         raise CheckpointError(
-            f"checkpoint {path} was written by a run with a different config (hash {meta.get('config_hash')}, "
-            f"this run {cfg_hash}); use a new run folder or the original config"
+            path,
+            f"checkpoint was written by a run with a different config (hash {meta.get('config_hash')}, this run "
+            f"{cfg_hash}); use a new run folder or the original config",
         )
-    try:
-        model = torch.load(path / "model.pt", map_location=map_location, weights_only=True)
-        optimizer = torch.load(path / "optimizer.pt", map_location=map_location, weights_only=True)
-        # Plain values and tensors only (RNG states, data position, shaper state): a tampered or foreign file
-        # (shared cluster folders, downloaded runs) must not run code when it is read.
-        state = torch.load(path / "state.pt", map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises many types for a truncated or garbled file
-        raise CheckpointError(f"checkpoint {path} is corrupt: {type(err).__name__}: {err}") from err
-    if int(state.get("step", -1)) != int(meta["step"]):
-        raise CheckpointError(f"checkpoint {path}: state step {state.get('step')} != meta step {meta['step']}")
-    return Checkpoint(step=int(meta["step"]), model=model, optimizer=optimizer, state=state)
+    step = meta.get("step")
+    if type(step) is not int:
+        raise _malformed(meta_file, f"step {step!r} is not an int")
+
+    model = _read(path / "model.pt", map_location)
+    bad = next((k for k, v in model.items() if not (isinstance(k, str) and isinstance(v, torch.Tensor))), None)
+    if bad is not None:
+        raise _malformed(path / "model.pt", f"not a state dict of tensors (entry {bad!r})")
+    optimizer = _read(path / "optimizer.pt", map_location)
+    if not (isinstance(optimizer.get("state"), dict) and isinstance(optimizer.get("param_groups"), list)):
+        raise _malformed(path / "optimizer.pt", f"not an optimizer state dict (keys {sorted(map(str, optimizer))})")
+    # Plain values and tensors only (RNG states, data position, shaper state): a tampered or foreign file
+    # (shared cluster folders, downloaded runs) must not run code when it is read.
+    state = _read(path / "state.pt", "cpu")
+    for key, kind in STATE_KEYS.items():
+        if key not in state:
+            raise _malformed(path / "state.pt", f"no {key!r} entry (keys {sorted(map(str, state))})")
+        if not isinstance(state[key], kind) or (kind is int and isinstance(state[key], bool)):
+            raise _malformed(
+                path / "state.pt", f"{key!r} holds a {type(state[key]).__name__}, expected {kind.__name__}"
+            )
+    if state["step"] != step:
+        raise _malformed(path / "state.pt", f"state step {state['step']} != meta step {step}")
+    return Checkpoint(step=step, model=model, optimizer=optimizer, state=state, path=path)
+
+
+def restore(
+    saved: Checkpoint,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    load_state: Callable[[dict[str, Any]], None],
+) -> None:
+    """Load ``saved`` into ``model``, ``optimizer`` and, through ``load_state``, the rest of the trainer.
+
+    Content that does not fit (a tampered file, or a state written by other code) raises ``CheckpointError``
+    naming its file, not a KeyError from deep inside the trainer."""
+    folder = saved.path if saved.path is not None else Path(".")
+    parts: tuple[tuple[str, Callable[[Any], Any], Any], ...] = (
+        ("model.pt", model.load_state_dict, saved.model),
+        ("optimizer.pt", optimizer.load_state_dict, saved.optimizer),
+        ("state.pt", load_state, saved.state),
+    )
+    for name, apply, value in parts:
+        try:
+            apply(value)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+            raise CheckpointError(
+                folder / name, f"checkpoint does not fit this run ({type(err).__name__}: {first})"
+            ) from err

@@ -15,11 +15,12 @@ dequantised Q4_1 values, exactly, so the saved model computes what the GGUF does
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from dynashape import state
 
 __all__ = ["PACKAGED_MODELS", "gguf_to_hf", "packaged_gguf", "save_packaged_model"]
 
@@ -84,8 +85,8 @@ def _load_gguf(path: Path) -> tuple[Any, Any]:
 def gguf_to_hf(gguf_path: str | Path, out_dir: str | Path) -> Path:
     """Save the model of ``gguf_path`` as a Hugging Face folder ``out_dir`` (model, tokenizer, source.json).
 
-    The folder is written next to its final place and renamed into it, so an interrupted conversion leaves
-    nothing that looks complete. An existing non-empty ``out_dir`` is refused.
+    The folder is written next to its final place and renamed into it (``state.atomic_folder``), so an
+    interrupted conversion leaves nothing that looks complete. An existing non-empty ``out_dir`` is refused.
     """
     gguf_path, out = Path(gguf_path), Path(out_dir)
     if not gguf_path.is_file():
@@ -94,26 +95,20 @@ def gguf_to_hf(gguf_path: str | Path, out_dir: str | Path) -> Path:
         raise ValueError(f"output folder {str(out)!r} exists and is not empty")
     start = time.perf_counter()
     model, tokenizer = _load_gguf(gguf_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.tmp{time.time_ns()}")
-    tmp.mkdir()
     try:
-        model.save_pretrained(str(tmp))
-        tokenizer.save_pretrained(str(tmp))
-        source = {
-            "gguf": gguf_path.name,
-            "architecture": type(model).__name__,
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "dtype": "float32 (dequantised)",
-            "seconds": round(time.perf_counter() - start, 1),
-        }
-        (tmp / "source.json").write_text(json.dumps(source, indent=1))
-        if out.exists():
-            out.rmdir()  # empty, checked above
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with state.atomic_folder(out) as tmp:  # an existing empty out_dir is replaced
+            model.save_pretrained(str(tmp))
+            tokenizer.save_pretrained(str(tmp))
+            source = {
+                "gguf": gguf_path.name,
+                "architecture": type(model).__name__,
+                "parameters": sum(p.numel() for p in model.parameters()),
+                "dtype": "float32 (dequantised)",
+                "seconds": round(time.perf_counter() - start, 1),
+            }
+            state.write_text(tmp / "source.json", json.dumps(source, indent=1))
+    except FileExistsError:  # filled meanwhile by another process
+        raise ValueError(f"output folder {str(out)!r} exists and is not empty") from None
     return out
 
 

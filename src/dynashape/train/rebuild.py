@@ -7,11 +7,11 @@ check that the shipped file is what the code makes here, and ``--out DIR`` write
 
 from __future__ import annotations
 
-import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from dynashape import state
 from dynashape.train.config import RunConfig
 from dynashape.train.warmup import MANIFEST, base_model_key, train_base, write_manifest
 from dynashape.world.base import World
@@ -88,14 +88,14 @@ def rebuild_base(
         folder = out if out is not None else Path(scratch) / "base_model"
         if folder.exists() and any(folder.iterdir()):
             raise ValueError(f"--out {folder}: exists and is not empty")
-        folder.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(str(folder))
-        tokenizer.save_pretrained(str(folder))
-        manifest = write_manifest(folder, key=key, losses=losses, seconds=seconds, command=REBUILD_COMMAND)
+        with state.atomic_folder(folder) as tmp:  # a killed rebuild leaves no folder that looks shippable
+            model.save_pretrained(str(tmp))
+            tokenizer.save_pretrained(str(tmp))
+            manifest = write_manifest(tmp, key=key, losses=losses, seconds=seconds, command=REBUILD_COMMAND)
     shipped_sha, shipped_loss = None, None
     shipped = world.shipped_base()
     if shipped is not None:
-        shipped_manifest = json.loads((shipped / MANIFEST).read_text())
+        shipped_manifest = state.read_json(shipped / MANIFEST)
         if shipped_manifest.get("key") == key:
             shipped_sha, shipped_loss = shipped_manifest["sha256"], shipped_manifest.get("warmup_final_loss")
     return RebuildReport(

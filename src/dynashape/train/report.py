@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +64,7 @@ def _grpo_reference(evaluation: dict[str, Any], results: Path | None) -> str:
     path = Path(results)
     runs = []
     if path.exists():
-        runs = [
-            r for r in json.loads(path.read_text()).get("runs", []) if r["method"] == "grpo" and r["regime"] == regime
-        ]
+        runs = [r for r in state.read_json(path).get("runs", []) if r["method"] == "grpo" and r["regime"] == regime]
     if not runs:
         return (
             f"Beside plain `grpo` on the same world and regime: the comparison's committed results ({path.name}) hold "

@@ -1,9 +1,11 @@
 """A training run, top to bottom: base model and its evaluation, resume, the RL loop, final evaluation, report.
 
-Starting a run on a folder that has checkpoints continues from the last one; the resumed steps reproduce
-the uninterrupted run's metrics exactly on CPU (same RNG states, data position, optimiser and shaper state).
-metrics.jsonl drops the steps after that checkpoint and tb/ gets a new event file that tells TensorBoard to
-drop them too, so both hold each step once. The folder's files are described in ``run_folder``.
+A run holds its folder's lock from start to end: a second ``train`` on the same folder is refused
+(``FolderBusyError``, naming the holder's pid). Starting a run on a folder that has checkpoints continues from
+the last one; the resumed steps reproduce the uninterrupted run's metrics exactly on CPU (same RNG states, data
+position, optimiser and shaper state). metrics.jsonl drops the steps after that checkpoint and tb/ gets a new
+event file that tells TensorBoard to drop them too, so both hold each step once. The folder's files are
+described in ``run_folder``.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ def train(
             verifier = owned.enter_context(MathVerifier(timeout=5.0, workers=1))
         folder = RunFolder(run_dir)
         folder.create()
+        owned.enter_context(folder.lock())  # one run per folder, released on every way out (also a kill)
+        folder.remove_stale_temporaries()
         cfg_hash = folder.write_config(cfg.to_dict())
         base = load_base(cfg, progress=progress)
         fmt = prompt_format(cfg, base.tokenizer, base.world)
@@ -142,9 +146,7 @@ def _resume(folder: RunFolder, trainer: Any, cfg: RunConfig, cfg_hash: str) -> t
     metrics = folder.read_metrics()
     if latest is not None:
         saved = ckpt.load(latest, cfg_hash=cfg_hash, map_location=cfg.device)
-        trainer.model.load_state_dict(saved.model)
-        trainer.optimizer.load_state_dict(saved.optimizer)
-        trainer.load_state_dict(saved.state)
+        ckpt.restore(saved, model=trainer.model, optimizer=trainer.optimizer, load_state=trainer.load_state_dict)
         resumed_from = saved.step
     elif metrics:
         log.warning("%s has metrics but no checkpoint; starting over", folder.root)

@@ -7,8 +7,10 @@
     run_dir/eval.json            base vs final on the held-out split, AES
     run_dir/report.md, *.png     plots (``train.report``)
     run_dir/tb/                  TensorBoard scalars, when tensorboard is installed (``dynashape[tensorboard]``)
+    run_dir/.lock, .lock.pid     the lock a training run holds on the folder, and the pid of its holder
 
-Every file here is replaced atomically (``dynashape.state``), so a kill leaves the old file or the new one.
+Every file here is replaced atomically (``dynashape.state``), so a kill leaves the old file or the new one; the
+temporaries a kill leaves behind are removed by the next run, under the folder's lock.
 """
 
 from __future__ import annotations
@@ -58,6 +60,19 @@ class RunFolder:
     def create(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
 
+    def lock(self) -> state.FolderLock:
+        """The folder's lock (not yet taken): one training run at a time; a second one is refused with
+        ``FolderBusyError`` naming the holder's pid."""
+        return state.FolderLock(self.root, what="a training run (dynashape train)")
+
+    def remove_stale_temporaries(self) -> list[Path]:
+        """Remove what killed writes left in the folder and its checkpoints; only while holding ``lock()``."""
+        removed = state.remove_stale_temporaries(self.root)
+        removed += state.remove_stale_temporaries(self.checkpoints, also=ckpt.LEGACY_TEMPORARIES)
+        if removed:
+            log.info("%s: removed the temporaries of an interrupted run: %s", self.root, [p.name for p in removed])
+        return removed
+
     # -- config ------------------------------------------------------------------------------------------
     def write_config(self, resolved: dict[str, Any]) -> str:
         """Write config.yaml and return its trajectory hash; refuse a folder that holds a different run."""
@@ -68,8 +83,9 @@ class RunFolder:
             old = state.read_yaml(self.config_path) or {}
             if ckpt.config_hash(old) != cfg_hash:
                 raise ckpt.CheckpointError(
-                    f"{self.config_path} holds a different config than this run (only train.steps and "
-                    "train.checkpoint_every may change on resume); use a new run folder"
+                    self.config_path,
+                    "holds a different config than this run (only train.steps and train.checkpoint_every may "
+                    "change on resume); use a new run folder",
                 )
         state.write_text(self.config_path, yaml.safe_dump(resolved, sort_keys=False))
         return cfg_hash

@@ -8,8 +8,8 @@ configs. Where it comes from, in order:
    sha256, the command and the machine that made it), when the key matches and the file's sha256 is the
    manifest's: every CPU then starts from the same weights (a warm-up's float arithmetic differs by CPU);
 2. the cache ``cache_dir/base-<key>/``;
-3. a warm-up now, written to a temporary folder and renamed into the cache (an interrupted warm-up leaves
-   nothing a later run would trust).
+3. a warm-up now, written to a temporary folder and renamed into the cache (``state.atomic_folder``: an
+   interrupted warm-up leaves nothing a later run would trust).
 
 ``dynashape warmup`` rebuilds the base deterministically and says whether the rebuild equals the shipped file.
 """
@@ -22,7 +22,6 @@ import json
 import math
 import platform
 import random
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from typing import Any
 
 import torch
 
+from dynashape import state
 from dynashape.train.policy import ModelConfig, build_policy
 from dynashape.world.base import Problem, World
 
@@ -231,7 +231,7 @@ def _shipped(world: World, key: str) -> tuple[Path, dict[str, Any]] | None:
     folder = world.shipped_base()
     if folder is None:
         return None
-    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest = state.read_json(folder / MANIFEST)
     if manifest.get("key") != key:
         return None  # another world, model or warm-up config: warm up and cache as usual
     digest = file_sha256(folder / WEIGHTS)
@@ -267,17 +267,16 @@ def save_base(
     folder: str | Path, model: torch.nn.Module, tokenizer: Any, *, key: str, losses: Sequence[float], seconds: float
 ) -> Path:
     """Write a base model folder (weights, tokenizer, ``warmup.json``) next to ``folder`` and rename it into
-    place; returns ``folder``. An existing folder is kept (another process cached the same key first)."""
+    place (``state.atomic_folder``); returns ``folder``. An existing folder is kept (another process cached the
+    same key first: theirs is equivalent, ours is dropped)."""
     path = Path(folder)
-    tmp = path.with_name(path.name + f".tmp{time.time_ns()}")
-    tmp.mkdir(parents=True)
-    model.save_pretrained(str(tmp))
-    tokenizer.save_pretrained(str(tmp))
-    (tmp / "warmup.json").write_text(json.dumps({"key": key, "losses": list(losses), "seconds": seconds}))
     try:
-        tmp.rename(path)
-    except OSError:  # another process cached the same key first; theirs is equivalent
-        shutil.rmtree(tmp, ignore_errors=True)
+        with state.atomic_folder(path) as tmp:
+            model.save_pretrained(str(tmp))
+            tokenizer.save_pretrained(str(tmp))
+            state.write_text(tmp / "warmup.json", json.dumps({"key": key, "losses": list(losses), "seconds": seconds}))
+    except FileExistsError:  # there before we began, or renamed into place while we wrote ours
+        pass
     return path
 
 
@@ -300,7 +299,7 @@ def write_manifest(folder: str | Path, *, key: str, losses: Sequence[float], sec
             "threads": torch.get_num_threads(),
         },
     }
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    state.write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return manifest
 
 
@@ -340,7 +339,7 @@ def load_or_train_base(
         return model, tokenizer, info
     if (path / "warmup.json").exists():
         model, tokenizer = _load_folder(path, device)
-        meta = json.loads((path / "warmup.json").read_text())
+        meta = state.read_json(path / "warmup.json")
         return model, tokenizer, BaseModelInfo(path, key, False, tuple(meta["losses"]), meta["seconds"])
     model, tokenizer, losses, seconds = train_base(
         world, model_cfg, warmup_cfg, train_problems, device=device, on_step=on_step

@@ -37,6 +37,7 @@ from dynashape.integrations.verl.estimators import (
     session_for,
 )
 from dynashape.integrations.verl.state import load_state_file, run_identity, state_path, write_state_file
+from dynashape.state import StateFileError
 
 __all__ = ["load_shaper_state", "patch_compute_advantage", "patch_trainer_class", "save_shaper_state"]
 
@@ -73,7 +74,8 @@ def load_shaper_state(trainer: Any) -> str | None:
     """Restore the shaper state saved at the step verl resumed from; returns the file read (None: none read).
 
     Raises:
-        ValueError: the file is not a plain dynashape state, or belongs to another run or step.
+        StateFileError: (a ValueError naming the file) the file is not a plain dynashape state, belongs to
+            another run or step, or the shaper cannot load it.
     """
     config = trainer.config
     name = _our_estimator(config)
@@ -89,7 +91,7 @@ def load_shaper_state(trainer: Any) -> str | None:
     try:
         session.shaper.load_state_dict(state)
     except (KeyError, TypeError, ValueError, RuntimeError) as err:
-        raise ValueError(f"{path}: the '{name}' shaper cannot load this state: {err}") from err
+        raise StateFileError(path, f"the '{name}' shaper cannot load this state: {err}") from err
     logger.info("dynashape: restored the '%s' shaper state from %s", name, path)
     return path
 

@@ -13,19 +13,18 @@ holds plain values and tensors only and is loaded with ``torch.load(weights_only
      "run": {"project_name": str, "experiment_name": str}, "shaper": <shaper.state_dict()>}
 
 A file whose ``run`` differs from the resuming run's ``trainer.project_name`` / ``trainer.experiment_name`` is
-refused (a ValueError naming the file and both runs), as is any file that is not such a plain payload.
+refused (a ``StateFileError``, a ValueError, naming the file and both runs), as is any file that is not such a
+plain payload (empty, truncated, or needing arbitrary unpickling). Files are written and read through
+``dynashape.state``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pickle
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-import torch
+from dynashape.state import StateFileError, torch_load, torch_save
 
 __all__ = [
     "STATE_FORMAT",
@@ -88,18 +87,8 @@ def state_path(config: Any, estimator: str, global_step: int, state_dir: str | N
 
 
 def save_state_atomic(state: Mapping[str, Any], path: str) -> None:
-    """torch.save to a temporary file in the same directory, then os.replace (never a half-written file)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp_", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(dict(state), handle)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """``torch.save`` of ``state`` (as a dict) to ``path`` atomically (``dynashape.state.torch_save``)."""
+    torch_save(path, dict(state))
 
 
 def write_state_file(path: str, *, estimator: str, global_step: int, run: Mapping[str, str], shaper_state: Any) -> None:
@@ -121,31 +110,33 @@ def load_state_file(path: str, *, estimator: str, global_step: int, run: Mapping
     unpickling (code execution) is refused, never run.
 
     Raises:
-        ValueError: naming `path`, when the file is not a plain payload, belongs to another estimator or run,
-            or was written at another step.
+        StateFileError: (a ValueError) naming `path`, when the file is not a plain payload (empty, truncated,
+            corrupt, or needing arbitrary unpickling), belongs to another estimator or run, or was written at
+            another step.
     """
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, AttributeError, TypeError) as err:
-        raise ValueError(
-            f"{path}: not a dynashape shaper state of plain values and tensors (refused by "
-            f"torch.load(weights_only=True): {str(err).splitlines()[0]}); move it away to start the shaper fresh"
+        payload = torch_load(path, map_location="cpu")
+    except StateFileError as err:
+        raise StateFileError(
+            path,
+            f"not a dynashape shaper state of plain values and tensors ({err.problem}); move it away to start the "
+            "shaper fresh",
         ) from None
     if not isinstance(payload, dict) or payload.get("format") != STATE_FORMAT or "shaper" not in payload:
-        raise ValueError(f"{path}: not a dynashape shaper state (format {STATE_FORMAT}); got keys {_keys(payload)}")
+        raise StateFileError(path, f"not a dynashape shaper state (format {STATE_FORMAT}); got keys {_keys(payload)}")
     if payload.get("estimator") != estimator:
-        raise ValueError(f"{path}: state of estimator '{payload.get('estimator')}', this run uses '{estimator}'")
-    saved_run = dict(payload.get("run") or {})
+        raise StateFileError(path, f"state of estimator '{payload.get('estimator')}', this run uses '{estimator}'")
+    saved_run = payload.get("run") if isinstance(payload.get("run"), dict) else {}
     if saved_run != dict(run):
-        raise ValueError(
-            f"{path}: shaper state of another run ({_describe(saved_run)}); this run is {_describe(run)}. "
+        raise StateFileError(
+            path,
+            f"shaper state of another run ({_describe(saved_run)}); this run is {_describe(run)}. "
             "Resume with the same trainer.project_name and trainer.experiment_name, or move the file away to "
-            "start the shaper fresh"
+            "start the shaper fresh",
         )
-    if int(payload.get("global_step", -1)) != int(global_step):
-        raise ValueError(
-            f"{path}: written at global step {payload.get('global_step')}, but verl resumes from step {global_step}"
-        )
+    saved_step = payload.get("global_step")
+    if type(saved_step) is not int or saved_step != int(global_step):
+        raise StateFileError(path, f"written at global step {saved_step}, but verl resumes from step {global_step}")
     return payload["shaper"]
 
 
