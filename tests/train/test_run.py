@@ -95,17 +95,24 @@ def test_resume_is_bit_identical(method, mini_batches, tiny_config, parity_verif
     assert state["shaper"], "shaper state (LEAD EMA + MEDS memory) is in the checkpoint"
 
 
-def test_corrupt_checkpoint_is_refused_and_kept(tiny_config, tmp_path):
-    cfg = tiny_config("grpo", steps=2, checkpoint_every=1)
+def test_a_broken_newest_checkpoint_is_set_aside_and_the_one_before_resumes(tiny_config, tmp_path, caplog):
+    """A torn or tampered newest checkpoint never blocks resume: it is renamed aside (kept, byte for byte) and
+    the run continues from the checkpoint before it; a checkpoint of another config is still refused."""
+    cfg = tiny_config("grpo", steps=3, checkpoint_every=1)
     train(cfg, tmp_path / "run", progress=False, stop_after=2)
     bad = tmp_path / "run/checkpoints/step_2/model.pt"
     bad.write_bytes(b"not a checkpoint")
-    with pytest.raises(ckpt.CheckpointError, match="corrupt"):
-        train(cfg, tmp_path / "run", progress=False)
-    assert bad.read_bytes() == b"not a checkpoint"
-    (tmp_path / "run/checkpoints/step_2/meta.json").unlink()
-    with pytest.raises(ckpt.CheckpointError, match="incomplete"):
-        train(cfg, tmp_path / "run", progress=False)
+    with caplog.at_level("WARNING"):
+        res = train(cfg, tmp_path / "run", progress=False, report=False)
+    assert res.resumed_from == 1 and [m["step"] for m in res.metrics] == [1.0, 2.0, 3.0]
+    assert "corrupt" in caplog.text and "resuming from the checkpoint before it" in caplog.text
+    (aside,) = (tmp_path / "run/checkpoints").glob(".broken-step_2-*")
+    assert (aside / "model.pt").read_bytes() == b"not a checkpoint"
+    assert ckpt.latest_checkpoint(tmp_path / "run/checkpoints").name == "step_3"
+    assert (tmp_path / "run/checkpoints/step_2/model.pt").read_bytes() != b"not a checkpoint"  # written again
+    (tmp_path / "run/checkpoints/step_3/meta.json").unlink()  # incomplete: set aside too
+    longer = tiny_config("grpo", steps=4, checkpoint_every=1)
+    assert train(longer, tmp_path / "run", progress=False, report=False).resumed_from == 2
 
 
 def test_a_failing_run_closes_the_verifier_it_started(tiny_config, tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,11 +30,14 @@ __all__ = [
     "STATE_KEYS",
     "Checkpoint",
     "CheckpointError",
+    "ForeignCheckpointError",
+    "checkpoints_newest_first",
     "config_hash",
     "latest_checkpoint",
     "load",
     "restore",
     "save",
+    "set_aside",
 ]
 
 FORMAT = 1
@@ -56,6 +60,10 @@ class CheckpointError(StateFileError, RuntimeError):
     ``path`` is the checkpoint folder, or the file at fault. A ``StateFileError`` (a ``ValueError``) and, as
     it always was, a ``RuntimeError``.
     """
+
+
+class ForeignCheckpointError(CheckpointError):
+    """A readable checkpoint of another run's config: never a reason to fall back to an older checkpoint."""
 
 
 @dataclass
@@ -111,14 +119,14 @@ def save(
     return final
 
 
-def latest_checkpoint(directory: str | Path) -> Path | None:
-    """The ``step_N`` folder with the largest N, or None when there is none.
+def checkpoints_newest_first(directory: str | Path) -> list[Path]:
+    """The ``step_N`` folders of ``directory``, largest N first ([] when there is none).
 
-    Temporary folders (``state.TMP_PREFIX`` names, and the ``.step_N.tmp*`` of older writers) are ignored: a
-    killed write is no checkpoint."""
+    Temporary folders (``state.TMP_PREFIX`` names, and the ``.step_N.tmp*`` of older writers) and folders set
+    aside (``.broken-*``) are ignored: a killed write is no checkpoint."""
     root = Path(directory)
     if not root.is_dir():
-        return None
+        return []
     steps = []
     for p in root.iterdir():
         if p.name.startswith((TMP_PREFIX, ".")) or not p.is_dir():
@@ -128,7 +136,21 @@ def latest_checkpoint(directory: str | Path) -> Path | None:
             if not suffix.isdigit():
                 raise CheckpointError(p, "unexpected folder among checkpoints (expected step_<N>)")
             steps.append((int(suffix), p))
-    return max(steps)[1] if steps else None
+    return [p for _, p in sorted(steps, reverse=True)]
+
+
+def latest_checkpoint(directory: str | Path) -> Path | None:
+    """The ``step_N`` folder with the largest N, or None when there is none (see ``checkpoints_newest_first``)."""
+    found = checkpoints_newest_first(directory)
+    return found[0] if found else None
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a broken checkpoint to ``.broken-step_N-<ns>`` beside it (kept for inspection, never deleted), so
+    that the step can be written again and a later resume does not trip over it."""
+    target = path.with_name(f".broken-{path.name}-{time.time_ns()}")
+    path.rename(target)
+    return target
 
 
 def _read(file: Path, map_location: Any) -> dict[str, Any]:
@@ -158,7 +180,7 @@ def load(path: str | Path, *, cfg_hash: str, map_location: str | torch.device = 
     if meta.get("format") != FORMAT:
         raise CheckpointError(meta_file, f"checkpoint format {meta.get('format')!r}, this version reads {FORMAT}")
     if meta.get("config_hash") != cfg_hash:
-        raise CheckpointError(
+        raise ForeignCheckpointError(
             path,
             f"checkpoint was written by a run with a different config (hash {meta.get('config_hash')}, this run "
             f"{cfg_hash}); use a new run folder or the original config",

@@ -140,12 +140,22 @@ def _trainer(cfg: RunConfig, base: Base, verifier: Any, fmt: Any) -> Any:
 
 
 def _resume(folder: RunFolder, trainer: Any, cfg: RunConfig, cfg_hash: str) -> tuple[int | None, list[dict]]:
-    """Restore the newest checkpoint into ``trainer``; keep the metrics of the steps it covers."""
+    """Restore the newest readable checkpoint into ``trainer``; keep the metrics of the steps it covers.
+
+    A newest checkpoint that cannot be read (torn, tampered) is set aside with a warning and the one before it
+    is used; a checkpoint of another config is refused, never skipped."""
     resumed_from = None
-    latest = ckpt.latest_checkpoint(folder.checkpoints)
     metrics = folder.read_metrics()
-    if latest is not None:
-        saved = ckpt.load(latest, cfg_hash=cfg_hash, map_location=cfg.device)
+    saved = None
+    for path in ckpt.checkpoints_newest_first(folder.checkpoints):
+        try:
+            saved = ckpt.load(path, cfg_hash=cfg_hash, map_location=cfg.device)
+            break
+        except ckpt.ForeignCheckpointError:
+            raise
+        except ckpt.CheckpointError as err:
+            log.warning("%s; set aside as %s, resuming from the checkpoint before it", err, ckpt.set_aside(path).name)
+    if saved is not None:
         ckpt.restore(saved, model=trainer.model, optimizer=trainer.optimizer, load_state=trainer.load_state_dict)
         resumed_from = saved.step
     elif metrics:
