@@ -65,3 +65,23 @@ def test_refused_shaper_parameters_write_nothing(tmp_path):
     unknown = _cli([*args, "--set", "shaper_kwargs.bogus=1"], stderr=subprocess.PIPE, text=True)
     _, err = unknown.communicate(timeout=120)
     assert unknown.returncode == 2 and "bogus" in err and not run.exists(), err
+
+
+def test_a_torn_metrics_line_and_a_corrupt_eval_json_are_recovered(tiny_config, parity_verifier, tmp_path, caplog):
+    """What a kill or a full disk could leave: the torn last line of metrics.jsonl is dropped with a warning
+    (the step is redone from the checkpoint), and an unreadable eval.json is made again, not a dead end."""
+    from dynashape.train.run import train
+
+    cfg = tiny_config("grpo", steps=2, checkpoint_every=1)
+    run = tmp_path / "run"
+    train(cfg, run, progress=False, stop_after=1, verifier=parity_verifier, report=False)
+    metrics = run / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + '{"step": 2.0, "accur')  # step 2 was being written
+    with caplog.at_level("WARNING"):
+        done = train(cfg, run, progress=False, verifier=parity_verifier, report=False)
+    assert "dropping a torn last line" in caplog.text
+    assert done.resumed_from == 1 and [m["step"] for m in done.metrics] == [1.0, 2.0]
+    assert [json.loads(line)["step"] for line in metrics.read_text().splitlines()] == [1.0, 2.0]
+    (run / "eval.json").write_text('{"method": "grp')
+    again = train(cfg, run, progress=False, verifier=parity_verifier, report=False)
+    assert again.eval["final"] == done.eval["final"] and json.loads((run / "eval.json").read_text())["steps"] == 2

@@ -99,8 +99,16 @@ class RunFolder:
 
     # -- evaluations -------------------------------------------------------------------------------------
     def read_eval(self) -> dict[str, Any] | None:
-        """The finished run's eval.json, or None when there is none."""
-        return state.read_json(self.eval_path) if self.eval_path.exists() else None
+        """The finished run's eval.json, or None when there is none or it is unreadable (then the run's final
+        evaluation is made again from its last checkpoint, which replaces the file)."""
+        if not self.eval_path.exists():
+            return None
+        try:
+            ev = state.read_json(self.eval_path)
+        except state.StateFileError as err:
+            log.warning("%s; evaluating the final model again", err)
+            return None
+        return ev if isinstance(ev, dict) else None
 
     def write_eval(self, result: dict[str, Any]) -> None:
         state.write_text(self.eval_path, json.dumps(result, indent=1))
