@@ -337,6 +337,11 @@ def test_malformed_state_dicts_are_refused() -> None:
             ErrorMemory().load_state_dict({**good, **change})
     with pytest.raises(MemoryFileError, match="format"):
         mem.load_state_dict([1, 2])  # type: ignore[arg-type]
+    # a label of 10**18 would make the next visit allocate a count array of that size: refused on load
+    huge = good["labels"].clone()
+    huge[0] = 10**18
+    with pytest.raises(MemoryFileError, match="cluster label beyond its bank's point count"):
+        ErrorMemory().load_state_dict({**good, "labels": huge})
 
 
 def test_save_is_atomic_when_writing_fails(tmp_path: os.PathLike[str], monkeypatch: pytest.MonkeyPatch) -> None:

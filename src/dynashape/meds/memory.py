@@ -453,6 +453,10 @@ def _banks_from_state(state: Any, config: MemoryConfig) -> dict[BankKey, _Bank]:
         raise MemoryFileError(None, "malformed ErrorMemory state: vectors/labels sizes do not match lengths/dims")
     if not np.isfinite(vectors).all() or (labels < -1).any():
         raise MemoryFileError(None, "malformed ErrorMemory state: non-finite vectors or labels below -1")
+    # A cluster label indexes one of at most n clusters of a bank of n points; a larger one (a tampered state)
+    # would make the next update allocate a count array of that size.
+    if (labels >= np.repeat(lengths, lengths)).any():
+        raise MemoryFileError(None, "malformed ErrorMemory state: a cluster label beyond its bank's point count")
     if len(set(zip(keys, corr, strict=True))) != b:
         raise MemoryFileError(None, "malformed ErrorMemory state: duplicate bank keys")
     v_ends = np.cumsum(lengths * dims)
