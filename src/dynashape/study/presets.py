@@ -35,7 +35,7 @@ import dataclasses
 from types import MappingProxyType
 from typing import Any
 
-from dynashape.train.config import TrainConfig
+from dynashape.train.config import TrainConfig, train_sections
 
 __all__ = [
     "PRESETS",
@@ -79,7 +79,7 @@ def preset_values(method: str, budget: int) -> dict[str, Any]:
         "loss_agg": "token-mean",
         "dynamic_sampling": True,
         "reward_columns": ("correct_overlong",),
-        "overlong_buffer": overlong,
+        "overlong": {"buffer": overlong},
     }
     table: dict[str, dict[str, Any]] = {
         "grpo": {"shaper": "grpo"},
@@ -181,8 +181,8 @@ def make_train_config(method: str, *, regime: str = "tight", **overrides: Any) -
     """The ``TrainConfig`` of preset ``method`` in budget regime ``regime`` with ``overrides`` on top.
 
     The regime sets the training budget (``max_new_tokens``) and every length parameter derived from it
-    (``regime_budget``); ``shaper_kwargs`` overrides are merged into the preset's, so
-    ``shaper_kwargs={"b_max": 80}`` keeps l_min.
+    (``regime_budget``); ``shaper_kwargs`` and section overrides are merged into the preset's, so
+    ``shaper_kwargs={"b_max": 80}`` keeps l_min and ``overlong={"factor": 0.5}`` keeps the preset's buffer.
     """
     if method not in PRESETS:
         raise ValueError(f"unknown method {method!r}; available: {', '.join(PRESETS)}")
@@ -192,8 +192,18 @@ def make_train_config(method: str, *, regime: str = "tight", **overrides: Any) -
         raise ValueError(f"unknown TrainConfig fields {sorted(unknown)}")
     values: dict[str, Any] = {"method": method, "regime": regime, **preset_values(method, regime_budget(regime))}
     values["shaper_kwargs"] = {**values.get("shaper_kwargs", {}), **overrides.pop("shaper_kwargs", {})}
+    for name in train_sections():
+        if name in overrides:
+            values[name] = {**_fields(values.get(name)), **_fields(overrides.pop(name))}
     values.update(overrides)
     return TrainConfig(**values)
+
+
+def _fields(section: Any) -> dict[str, Any]:
+    """A section given as a dataclass, a mapping or None, as a dict of its fields."""
+    if section is None:
+        return {}
+    return dataclasses.asdict(section) if dataclasses.is_dataclass(section) else dict(section)
 
 
 def tuning_overrides(method: str, *, regime: str = "tight") -> list[dict[str, Any]]:

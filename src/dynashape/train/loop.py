@@ -89,7 +89,7 @@ def reward_columns(
 def _overlong(lengths: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
     from dynashape.rewards.length import overlong_penalty
 
-    return overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_factor).float()
+    return overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong.buffer, cfg.overlong.factor).float()
 
 
 # ------------------------------------------------------------------------------------------------- step
@@ -293,7 +293,7 @@ class Trainer:
         n_groups = int(group_ids.max()) + 1
         chunks = torch.arange(n_groups).chunk(min(cfg.mini_batches, n_groups))
         sums: dict[str, float] = {}
-        need_entropy = cfg.entropy_coef > 0 or cfg.entropy_advantage
+        need_entropy = cfg.entropy_coef > 0 or cfg.entropy_advantage.enabled
         self.model.train()
         for _ in range(cfg.ppo_epochs):
             for chunk in chunks:
@@ -314,17 +314,17 @@ class Trainer:
                         correct=correct[rows].to(mask.device),
                         max_length=cfg.max_new_tokens,
                         lengths=mb.lengths,
-                        tau=cfg.drpo_tau,
-                        lam=cfg.drpo_lambda,
-                        beta=cfg.drpo_beta,
-                        delta=cfg.drpo_delta,
+                        tau=cfg.drpo.tau,
+                        lam=cfg.drpo.lam,
+                        beta=cfg.drpo.beta,
+                        delta=cfg.drpo.delta,
                     )
                     loss, diag = out.loss, {"loss": out.loss, "kl": out.kl, "drpo/objective": out.objective}
                 else:
                     adv: torch.Tensor = advantages[rows].to(mask.device)
-                    if cfg.entropy_advantage:
+                    if cfg.entropy_advantage.enabled:
                         adv = entropy_advantage(
-                            adv, stats.entropy, alpha=cfg.entropy_adv_alpha, kappa=cfg.entropy_adv_kappa
+                            adv, stats.entropy, alpha=cfg.entropy_advantage.alpha, kappa=cfg.entropy_advantage.kappa
                         ).advantages
                     out = policy_loss(
                         stats.logprobs,
