@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dynashape.train.objectives import available_losses
 from dynashape.train.policy import ModelConfig
 from dynashape.train.prompts import PromptConfig
 from dynashape.train.warmup import WarmupConfig
@@ -39,7 +40,6 @@ __all__ = [
 # correctness it reads itself); correct_overlong = correct + overlong (one scalar, for grpo);
 # correct_short = 1[correct and length <= length_threshold].
 REWARD_COLUMNS: tuple[str, ...] = ("correct", "overlong", "correct_overlong", "correct_short")
-LOSSES: tuple[str, ...] = ("clip", "drpo")
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 EVAL_SPLITS: tuple[str, ...] = ("test", "validation")
 
@@ -146,7 +146,8 @@ class TrainConfig:
     fingerprint_layers: int | None = None
     """MEDS fingerprint width (last decoder layers); None = no fingerprints."""
     loss: str = "clip"
-    """"clip" (clipped surrogate) or "drpo" (DRPO objective; the shaper's advantages are then logged only)."""
+    """Registered loss (``train.objectives``): "clip" (clipped surrogate) or "drpo" (the DRPO objective; the
+    shaper's advantages are then logged only)."""
     eps_low: float = 0.2
     """Lower clip range (ratio floor 1 - eps_low)."""
     eps_high: float = 0.28
@@ -206,8 +207,8 @@ class TrainConfig:
         for col in self.reward_columns:
             if col not in REWARD_COLUMNS:
                 raise ValueError(f"reward_columns has {col!r}; allowed: {REWARD_COLUMNS}")
-        if self.loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.loss not in available_losses():
+            raise ValueError(f"loss must be one of {tuple(available_losses())}, got {self.loss!r}")
         if self.loss_agg not in AGG_MODES:
             raise ValueError(f"loss_agg must be one of {AGG_MODES}, got {self.loss_agg!r}")
         if self.kl_estimator not in ("k1", "k2", "k3", "kl", "mse", "low_var_kl"):
