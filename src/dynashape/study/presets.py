@@ -12,8 +12,8 @@ shaper and loss differ. Length parameters are scaled to the toy task from the pa
   a 5- or 6-operand concise trace (~40 / ~47 tokens) and loose for a 2-operand one (~17);
 * ShorterBetter: alpha = 2, beta per token scaled by 4000 / B ~ 60 from the paper's 0.001 -> 0.06;
 * DAPO / MEDS: overlong buffer B / 6 (DAPO: 4096 of 20480 is 1 / 5), dual clip 10 for MEDS;
-* MEDS fingerprints: all 4 decoder layers of the toy model (one value per layer; with 2 the L2-normalised
-  fingerprint is a single angle);
+* fingerprints, for every shaper that declares it reads them (``Shaper.needs``: meds, lead_meds): all 4
+  decoder layers of the toy model (one value per layer; with 2 the L2-normalised fingerprint is a single angle);
 * cosine: max_len = B (the cosine spans the whole budget, as the paper's max_len is its generation limit);
   its reward values are dimensionless and keep open-r1's defaults;
 * kimi_length: weight 1, unscaled: lambda uses only (l - min) / (max - min) within a group, free of units;
@@ -35,6 +35,7 @@ import dataclasses
 from types import MappingProxyType
 from typing import Any
 
+from dynashape.shapers import shaper_needs
 from dynashape.train.config import TrainConfig, train_sections
 
 __all__ = [
@@ -116,7 +117,6 @@ def preset_values(method: str, budget: int) -> dict[str, Any]:
             **dapo,
             "reward_columns": ("overlong",),  # the meds shaper adds its columns to the correctness it reads
             "dual_clip": 10.0,
-            "fingerprint_layers": FINGERPRINT_LAYERS,
             "shaper_kwargs": {"alpha": 0.1, "beta": 0.2},
         },
         # MEDS's clustering ablation: the whole error bank of a prompt is one cluster (no HDBSCAN)
@@ -125,12 +125,10 @@ def preset_values(method: str, budget: int) -> dict[str, Any]:
             **dapo,
             "reward_columns": ("overlong",),
             "dual_clip": 10.0,
-            "fingerprint_layers": FINGERPRINT_LAYERS,
             "shaper_kwargs": {"alpha": 0.1, "beta": 0.2, "cluster_method": "single"},
         },
         "lead_meds": {
             "shaper": "lead_meds",
-            "fingerprint_layers": FINGERPRINT_LAYERS,
             "shaper_kwargs": {"b_max": budget, "l_min": l_min, "meds": {"alpha": 0.1, "beta": 0.2}},
         },
         # the length rewards engines ship (issue 10); defaults are the sources', scaled as the docstring says
@@ -141,7 +139,10 @@ def preset_values(method: str, budget: int) -> dict[str, Any]:
     }
     if method not in table:
         raise ValueError(f"unknown method {method!r}; available: {', '.join(table)}")
-    return {"max_new_tokens": budget, **table[method]}
+    entry = table[method]
+    if shaper_needs(entry["shaper"]).fingerprints:  # the shaper's declaration, not a list of MEDS presets
+        entry = {**entry, "fingerprint_layers": FINGERPRINT_LAYERS}
+    return {"max_new_tokens": budget, **entry}
 
 
 def tuning_grids(budget: int) -> dict[str, dict[str, tuple[float, ...]]]:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dynashape.shapers import shaper_needs
 from dynashape.train.objectives import available_losses
 from dynashape.train.policy import ModelConfig
 from dynashape.train.prompts import PromptConfig
@@ -144,7 +145,8 @@ class TrainConfig:
     overlong: OverlongConfig = field(default_factory=OverlongConfig)
     """DAPO's overlong penalty of the ``overlong`` / ``correct_overlong`` columns (an OverlongConfig or a dict)."""
     fingerprint_layers: int | None = None
-    """MEDS fingerprint width (last decoder layers); None = no fingerprints."""
+    """MEDS fingerprint width (last decoder layers); None = no fingerprints. Set exactly when the shaper
+    declares it reads fingerprints (``Shaper.needs``); the presets do so from the declaration."""
     loss: str = "clip"
     """Registered loss (``train.objectives``): "clip" (clipped surrogate) or "drpo" (the DRPO objective; the
     shaper's advantages are then logged only)."""
@@ -207,6 +209,7 @@ class TrainConfig:
         for col in self.reward_columns:
             if col not in REWARD_COLUMNS:
                 raise ValueError(f"reward_columns has {col!r}; allowed: {REWARD_COLUMNS}")
+        self._check_shaper_needs()
         if self.loss not in available_losses():
             raise ValueError(f"loss must be one of {tuple(available_losses())}, got {self.loss!r}")
         if self.loss_agg not in AGG_MODES:
@@ -234,6 +237,20 @@ class TrainConfig:
             raise ValueError(f"prompt_pool must be >= 1 or None, got {self.prompt_pool}")
         if self.lr_warmup_steps < 0 or self.checkpoint_every < 0:
             raise ValueError("lr_warmup_steps and checkpoint_every must be >= 0")
+
+    def _check_shaper_needs(self) -> None:
+        """The shaper's declaration (``Shaper.needs``) against what this config hands it."""
+        try:
+            needs = shaper_needs(self.shaper)
+        except ValueError as err:
+            raise ValueError(f"shaper={self.shaper!r}: {err}") from None
+        if needs.fingerprints != (self.fingerprint_layers is not None):
+            why = "reads fingerprints: set fingerprint_layers" if needs.fingerprints else "reads no fingerprints"
+            raise ValueError(f"fingerprint_layers={self.fingerprint_layers}: shaper {self.shaper!r} {why}")
+        if needs.reward_channels == "refused" and self.reward_columns:
+            raise ValueError(f"reward_columns={self.reward_columns}: shaper {self.shaper!r} takes no reward channels")
+        if needs.reward_channels == "required" and not self.reward_columns:
+            raise ValueError(f"reward_columns=(): shaper {self.shaper!r} needs at least one reward channel")
 
 
 @functools.cache

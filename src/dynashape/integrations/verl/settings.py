@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dynashape.shapers import Shaper, config_class, get_shaper
+from dynashape.shapers import Shaper, config_class, get_shaper, shaper_needs
 
 __all__ = ["ADAPTER_KEYS", "VERDICTS", "EstimatorSettings", "parse_settings"]
 
@@ -54,7 +54,7 @@ class EstimatorSettings:
             change the summed reward.
         residual_reward: Pass ``score - correct`` (what verl's score adds to the 0/1 verdict, e.g. DAPO's
             overlong penalty or its -1 for wrong answers) to the shaper as one extra ``rewards`` channel, so that
-            MEDS's base reward equals verl's score. Only for shapers that take reward channels.
+            MEDS's base reward equals verl's score. Only for shapers that take reward channels (``Shaper.needs``).
         fingerprint_layers: MEDS fingerprint width: the last this many layer logits (official 14).
         fingerprint_diff: Consecutive layer differences first (the paper's "diff" ablation).
         fingerprint_norm: "raw" (official) or "final" (final norm on every layer).
@@ -126,6 +126,10 @@ def parse_settings(name: str, config: Any) -> EstimatorSettings:
     residual = section.pop("residual_reward", False)
     if not isinstance(residual, bool):
         raise ValueError(f"algorithm.{name}.residual_reward: must be true or false, got {residual!r}")
+    if residual and shaper_needs(name).reward_channels == "refused":
+        raise ValueError(
+            f"algorithm.{name}.residual_reward=true: the '{name}' shaper takes no reward channels; leave it false"
+        )
     layers = section.pop("fingerprint_layers", 14)
     if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
         raise ValueError(f"algorithm.{name}.fingerprint_layers: must be a positive int, got {layers!r}")
