@@ -69,10 +69,9 @@ def regime_budget(regime: str = "tight") -> int:
         return FALLBACK_BUDGET
 
 
-def preset_values(method: str, budget: int) -> dict[str, Any]:
-    """The ``TrainConfig`` fields of preset ``method`` at training budget ``budget`` (tokens)."""
-    if budget < 8:
-        raise ValueError(f"budget must be >= 8, got {budget}")
+def _table(budget: int) -> dict[str, dict[str, Any]]:
+    """Every preset's ``TrainConfig`` fields at training budget ``budget`` as written (``preset_values`` adds what
+    follows from the shaper's declaration and the budget itself)."""
     l_min, threshold, overlong = budget // 4, budget // 2, max(1, budget // 6)
     dapo: dict[str, Any] = {
         "eps_low": 0.2,
@@ -82,7 +81,7 @@ def preset_values(method: str, budget: int) -> dict[str, Any]:
         "reward_columns": ("correct_overlong",),
         "overlong": {"buffer": overlong},
     }
-    table: dict[str, dict[str, Any]] = {
+    return {
         "grpo": {"shaper": "grpo"},
         "grpo_length": {
             "shaper": "grpo_length",
@@ -99,16 +98,6 @@ def preset_values(method: str, budget: int) -> dict[str, Any]:
             "shaper": "lead",
             "shaper_kwargs": {"b_max": budget, "l_min": l_min, "static_lambda_c": 0.5},
         },
-        # LEAD's ablations (lead.md): the target aggregator and the one-sided efficiency reward
-        "lead_min_correct": {
-            "shaper": "lead",
-            "shaper_kwargs": {"b_max": budget, "l_min": l_min, "target": "min_correct"},
-        },
-        "lead_mean_all": {"shaper": "lead", "shaper_kwargs": {"b_max": budget, "l_min": l_min, "target": "mean_all"}},
-        "lead_upper_only": {
-            "shaper": "lead",
-            "shaper_kwargs": {"b_max": budget, "l_min": l_min, "efficiency": "upper_only"},
-        },
         "shorterbetter": {"shaper": "shorterbetter", "shaper_kwargs": {"alpha": 2.0, "beta": 0.06}},
         "drpo": {"shaper": "grpo", "loss": "drpo"},
         "dapo": {"shaper": "grpo", **dapo},
@@ -119,14 +108,6 @@ def preset_values(method: str, budget: int) -> dict[str, Any]:
             "dual_clip": 10.0,
             "shaper_kwargs": {"alpha": 0.1, "beta": 0.2},
         },
-        # MEDS's clustering ablation: the whole error bank of a prompt is one cluster (no HDBSCAN)
-        "meds_single_cluster": {
-            "shaper": "meds",
-            **dapo,
-            "reward_columns": ("overlong",),
-            "dual_clip": 10.0,
-            "shaper_kwargs": {"alpha": 0.1, "beta": 0.2, "cluster_method": "single"},
-        },
         "lead_meds": {
             "shaper": "lead_meds",
             "shaper_kwargs": {"b_max": budget, "l_min": l_min, "meds": {"alpha": 0.1, "beta": 0.2}},
@@ -136,7 +117,32 @@ def preset_values(method: str, budget: int) -> dict[str, Any]:
         "kimi_length": {"shaper": "kimi_length", "shaper_kwargs": {"weight": 1.0}},
         "pass_rate_linear": {"shaper": "pass_rate_linear", "shaper_kwargs": {"coef": 0.25, "budget": budget}},
         "length_zscore": {"shaper": "length_zscore", "shaper_kwargs": {"alpha": 0.05, "wrong_reward": -1.0}},
+        # LEAD's ablations (lead.md): the target aggregator and the one-sided efficiency reward
+        "lead_min_correct": {
+            "shaper": "lead",
+            "shaper_kwargs": {"b_max": budget, "l_min": l_min, "target": "min_correct"},
+        },
+        "lead_mean_all": {"shaper": "lead", "shaper_kwargs": {"b_max": budget, "l_min": l_min, "target": "mean_all"}},
+        "lead_upper_only": {
+            "shaper": "lead",
+            "shaper_kwargs": {"b_max": budget, "l_min": l_min, "efficiency": "upper_only"},
+        },
+        # MEDS's clustering ablation: the whole error bank of a prompt is one cluster (no HDBSCAN)
+        "meds_single_cluster": {
+            "shaper": "meds",
+            **dapo,
+            "reward_columns": ("overlong",),
+            "dual_clip": 10.0,
+            "shaper_kwargs": {"alpha": 0.1, "beta": 0.2, "cluster_method": "single"},
+        },
     }
+
+
+def preset_values(method: str, budget: int) -> dict[str, Any]:
+    """The ``TrainConfig`` fields of preset ``method`` at training budget ``budget`` (tokens)."""
+    if budget < 8:
+        raise ValueError(f"budget must be >= 8, got {budget}")
+    table = _table(budget)
     if method not in table:
         raise ValueError(f"unknown method {method!r}; available: {', '.join(table)}")
     entry = table[method]
@@ -164,13 +170,8 @@ BUDGET = regime_budget("tight")
 L_MIN = BUDGET // 4
 THRESHOLD = BUDGET // 2
 OVERLONG_BUFFER = BUDGET // 6
-_NAMES = (
-    "grpo", "grpo_length", "gdpo", "lead", "lead_static", "shorterbetter", "drpo", "dapo", "meds", "lead_meds",
-    "cosine", "kimi_length", "pass_rate_linear", "length_zscore",
-    "lead_min_correct", "lead_mean_all", "lead_upper_only", "meds_single_cluster",
-)  # fmt: skip
 # The presets at the tight regime's budget (the default); other regimes: preset_values(method, budget).
-PRESETS: MappingProxyType[str, dict[str, Any]] = MappingProxyType({m: preset_values(m, BUDGET) for m in _NAMES})
+PRESETS: MappingProxyType[str, dict[str, Any]] = MappingProxyType({m: preset_values(m, BUDGET) for m in _table(BUDGET)})
 TUNING_GRIDS: MappingProxyType[str, dict[str, tuple[float, ...]]] = MappingProxyType(tuning_grids(BUDGET))
 
 
