@@ -13,8 +13,8 @@ from dynashape.integrations.verl import estimators as ve
 from dynashape.integrations.verl.settings import parse_settings
 from dynashape.shapers import registry
 from dynashape.shapers.grpo import GrpoConfig, GrpoShaper
-from dynashape.study.presets import FINGERPRINT_LAYERS, PRESETS, preset_values
-from dynashape.train.config import TrainConfig
+from dynashape.study.presets import PRESETS, preset_values
+from dynashape.train.config import TRAINER_FINGERPRINT_LAYERS, EvalConfig, RunConfig, TrainConfig
 
 
 class _Zeros(Shaper):
@@ -66,11 +66,11 @@ def test_train_config_holds_the_reward_columns_to_the_declaration(toys):
 def test_presets_take_fingerprints_from_the_declaration(monkeypatch):
     for method, values in PRESETS.items():
         declared = shaper_needs(values["shaper"]).fingerprints
-        assert values.get("fingerprint_layers") == (FINGERPRINT_LAYERS if declared else None), method
+        assert values.get("fingerprint_layers") == (TRAINER_FINGERPRINT_LAYERS if declared else None), method
     assert "fingerprint_layers" not in preset_values("grpo", 64)
     monkeypatch.setattr(GrpoShaper, "needs", ShaperNeeds(fingerprints=True))  # grpo now says it reads them
-    assert preset_values("grpo", 64)["fingerprint_layers"] == FINGERPRINT_LAYERS
-    assert preset_values("dapo", 64)["fingerprint_layers"] == FINGERPRINT_LAYERS
+    assert preset_values("grpo", 64)["fingerprint_layers"] == TRAINER_FINGERPRINT_LAYERS
+    assert preset_values("dapo", 64)["fingerprint_layers"] == TRAINER_FINGERPRINT_LAYERS
 
 
 # ------------------------------------------------------------------------------------------------ verl
@@ -116,3 +116,22 @@ def test_verl_residual_reward_follows_the_reward_channels_declaration(toys):
     with pytest.raises(ValueError, match=r"algorithm\.toy_plain\.residual_reward=true: .* takes no reward channels"):
         parse_settings("toy_plain", {"toy_plain": {"residual_reward": True}})
     assert parse_settings("meds", {"meds": {"residual_reward": True}}).residual_reward is True
+
+
+# ------------------------------------------------------------------------------------ fingerprint width
+def test_the_fingerprint_widths_come_from_two_constants_with_their_values():
+    """The trainer's width (all layers of the chain world's base model) and the paper's (the engines' default)."""
+    import inspect
+
+    from dynashape.integrations.verl.settings import EstimatorSettings
+    from dynashape.meds import OFFICIAL_FINGERPRINT_LAYERS, FingerprintCapture, fingerprint
+    from dynashape.study.presets import make_train_config
+
+    assert TRAINER_FINGERPRINT_LAYERS == RunConfig().model.num_layers == 4
+    assert EvalConfig().fingerprint_layers == make_train_config("meds").fingerprint_layers == 4
+    assert make_train_config("lead_meds").fingerprint_layers == 4
+    assert OFFICIAL_FINGERPRINT_LAYERS == 14
+    assert EstimatorSettings(name="meds", shaper_params=()).fingerprint_layers == 14
+    assert parse_settings("meds", {}).fingerprint_layers == 14
+    for fn in (FingerprintCapture, fingerprint):
+        assert inspect.signature(fn).parameters["layers"].default == 14

@@ -62,7 +62,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 from dynashape.batch import RolloutBatch
 from dynashape.integrations._prompts import prompt_key_of
 from dynashape.integrations.verl.estimators import save_state_atomic
-from dynashape.meds.capture import FingerprintCapture
+from dynashape.meds.capture import OFFICIAL_FINGERPRINT_LAYERS, FingerprintCapture
 from dynashape.meds.positions import answer_positions, answer_targets
 from dynashape.shapers import Shaped, Shaper
 
@@ -191,7 +191,7 @@ class ShapedGRPOTrainer(GRPOTrainer):
         correct_threshold: float = 0.5,
         reward_channels: Sequence[int | str] = (),
         fingerprints: bool | None = None,
-        fingerprint_layers: int = 14,
+        fingerprint_layers: int = OFFICIAL_FINGERPRINT_LAYERS,
         fingerprint_diff: bool = False,
         fingerprint_norm: str = "raw",
         **kwargs: Any,

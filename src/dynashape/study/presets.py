@@ -13,7 +13,7 @@ shaper and loss differ. Length parameters are scaled to the toy task from the pa
 * ShorterBetter: alpha = 2, beta per token scaled by 4000 / B ~ 60 from the paper's 0.001 -> 0.06;
 * DAPO / MEDS: overlong buffer B / 6 (DAPO: 4096 of 20480 is 1 / 5), dual clip 10 for MEDS;
 * fingerprints, for every shaper that declares it reads them (``Shaper.needs``: meds, lead_meds): all 4
-  decoder layers of the toy model (one value per layer; with 2 the L2-normalised fingerprint is a single angle);
+  decoder layers of the toy model (``TRAINER_FINGERPRINT_LAYERS``);
 * cosine: max_len = B (the cosine spans the whole budget, as the paper's max_len is its generation limit);
   its reward values are dimensionless and keep open-r1's defaults;
 * kimi_length: weight 1, unscaled: lambda uses only (l - min) / (max - min) within a group, free of units;
@@ -36,7 +36,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dynashape.shapers import shaper_needs
-from dynashape.train.config import TrainConfig, train_sections
+from dynashape.train.config import TRAINER_FINGERPRINT_LAYERS, TrainConfig, train_sections
 
 __all__ = [
     "PRESETS",
@@ -147,7 +147,7 @@ def preset_values(method: str, budget: int) -> dict[str, Any]:
         raise ValueError(f"unknown method {method!r}; available: {', '.join(table)}")
     entry = table[method]
     if shaper_needs(entry["shaper"]).fingerprints:  # the shaper's declaration, not a list of MEDS presets
-        entry = {**entry, "fingerprint_layers": FINGERPRINT_LAYERS}
+        entry = {**entry, "fingerprint_layers": TRAINER_FINGERPRINT_LAYERS}
     return {"max_new_tokens": budget, **entry}
 
 
@@ -165,7 +165,6 @@ def tuning_grids(budget: int) -> dict[str, dict[str, tuple[float, ...]]]:
     }
 
 
-FINGERPRINT_LAYERS = 4
 BUDGET = regime_budget("tight")
 L_MIN = BUDGET // 4
 THRESHOLD = BUDGET // 2

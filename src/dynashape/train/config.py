@@ -26,6 +26,7 @@ __all__ = [
     "EVAL_SPLITS",
     "REWARD_COLUMNS",
     "SECTIONS",
+    "TRAINER_FINGERPRINT_LAYERS",
     "DrpoConfig",
     "EntropyAdvantageConfig",
     "EvalConfig",
@@ -43,6 +44,10 @@ __all__ = [
 REWARD_COLUMNS: tuple[str, ...] = ("correct", "overlong", "correct_overlong", "correct_short")
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 EVAL_SPLITS: tuple[str, ...] = ("test", "validation")
+TRAINER_FINGERPRINT_LAYERS: int = ModelConfig().num_layers
+"""The reference trainer's MEDS fingerprint width (the presets', the evaluation's and the audit's): all decoder
+layers of the chain world's base model, one value per layer (with 2 the L2-normalised fingerprint is a single
+angle). The engines default to the paper's width, ``meds.capture.OFFICIAL_FINGERPRINT_LAYERS``."""
 
 
 def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
@@ -300,7 +305,7 @@ class EvalConfig:
     """Problems of the hardest difficulty in the pass@k subset."""
     passk_trap: int = 6
     """Trap prompts in the pass@k subset."""
-    fingerprint_layers: int | None = 4
+    fingerprint_layers: int | None = TRAINER_FINGERPRINT_LAYERS
     """Layers of the wrong answers' MEDS fingerprints (eigen ratio); None = none."""
     split: str = "test"
     """Which held-out split of the world is evaluated: ``test`` (final numbers) or ``validation`` (tuning only;

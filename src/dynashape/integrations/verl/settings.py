@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from dynashape.meds.capture import OFFICIAL_FINGERPRINT_LAYERS
 from dynashape.shapers import Shaper, config_class, get_shaper, shaper_needs
 
 __all__ = ["ADAPTER_KEYS", "VERDICTS", "EstimatorSettings", "parse_settings"]
@@ -55,7 +56,8 @@ class EstimatorSettings:
         residual_reward: Pass ``score - correct`` (what verl's score adds to the 0/1 verdict, e.g. DAPO's
             overlong penalty or its -1 for wrong answers) to the shaper as one extra ``rewards`` channel, so that
             MEDS's base reward equals verl's score. Only for shapers that take reward channels (``Shaper.needs``).
-        fingerprint_layers: MEDS fingerprint width: the last this many layer logits (official 14).
+        fingerprint_layers: MEDS fingerprint width: the last this many layer logits (default: the official
+            ``OFFICIAL_FINGERPRINT_LAYERS``, 14).
         fingerprint_diff: Consecutive layer differences first (the paper's "diff" ablation).
         fingerprint_norm: "raw" (official) or "final" (final norm on every layer).
     """
@@ -66,7 +68,7 @@ class EstimatorSettings:
     verdict: str = "auto"
     correct_threshold: float = 0.5
     residual_reward: bool = False
-    fingerprint_layers: int = 14
+    fingerprint_layers: int = OFFICIAL_FINGERPRINT_LAYERS
     fingerprint_diff: bool = False
     fingerprint_norm: str = "raw"
 
@@ -130,7 +132,7 @@ def parse_settings(name: str, config: Any) -> EstimatorSettings:
         raise ValueError(
             f"algorithm.{name}.residual_reward=true: the '{name}' shaper takes no reward channels; leave it false"
         )
-    layers = section.pop("fingerprint_layers", 14)
+    layers = section.pop("fingerprint_layers", OFFICIAL_FINGERPRINT_LAYERS)
     if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
         raise ValueError(f"algorithm.{name}.fingerprint_layers: must be a positive int, got {layers!r}")
     diff = section.pop("fingerprint_diff", False)
