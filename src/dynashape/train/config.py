@@ -2,6 +2,8 @@
 
 Frozen keyword-only dataclasses, validated on construction; ``RunConfig.to_dict()`` is what a run folder's
 ``config.yaml`` holds and ``RunConfig.from_dict`` reads it back, so the resolved config is the record.
+``TrainConfig`` keeps each method's own settings in a nested section (``drpo``, ``entropy_advantage``,
+``overlong``), as verl's algorithm config does.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dynashape.world.chain.config import ChainTaskConfig
 
 __all__ = [
     "EVAL_SPLITS",
+    "FLAT_TRAIN_KEYS",
     "REWARD_COLUMNS",
     "SECTIONS",
     "TRAINER_FINGERPRINT_LAYERS",
