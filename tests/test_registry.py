@@ -81,3 +81,77 @@ def test_config_class_lookup():
 def test_config_errors_name_field_and_range(name, params, message):
     with pytest.raises(ValueError, match=message):
         get_shaper(name, **params)
+
+
+# ------------------------------------------------------------------------------------- what a shaper needs
+# Configs under which a shaper with reward_channels="optional" takes one extra column (lead declares its range).
+TAKES_ONE_CHANNEL = {"lead": {"reward_ranges": ((-1.0, 1.0),)}, "lead_meds": {"reward_ranges": ((-1.0, 1.0),)}}
+
+
+def _batch(*, fingerprints=True, prompt_keys=True, rewards=False):
+    import torch
+
+    from dynashape import RolloutBatch
+
+    gen = torch.Generator().manual_seed(0)
+    n = 8
+    return RolloutBatch(
+        group_ids=torch.arange(n) // 4,
+        correct=torch.tensor([1, 0, 1, 0, 0, 1, 0, 0], dtype=torch.bool),
+        lengths=torch.tensor([5, 9, 7, 12, 3, 8, 10, 6]),
+        rewards=torch.rand(n, 1, generator=gen) - 0.5 if rewards else None,
+        prompt_keys=[f"p{i // 4}" for i in range(n)] if prompt_keys else None,
+        fingerprints=torch.randn(n, 3, generator=gen) if fingerprints else None,
+    )
+
+
+def _runs(name, batch, **params):
+    try:
+        get_shaper(name, **params)(batch)
+    except ValueError:
+        return False
+    return True
+
+
+def test_the_builtin_declarations():
+    from dynashape import ShaperNeeds, shaper_needs
+
+    assert shaper_needs("grpo") == ShaperNeeds(reward_channels="optional")
+    assert shaper_needs("grpo_length") == shaper_needs("shorterbetter") == ShaperNeeds()
+    assert shaper_needs("gdpo") == ShaperNeeds(reward_channels="required")
+    for name in ("meds", "lead_meds"):
+        assert shaper_needs(name).fingerprints and shaper_needs(name).prompt_keys
+    assert [n for n in available_shapers() if shaper_needs(n).fingerprints] == ["lead_meds", "meds"]
+
+
+@pytest.mark.parametrize("name", available_shapers())
+def test_each_declaration_matches_what_the_shaper_reads(name):
+    """Refused without what it declares it needs; runs without what it does not; rewards as declared."""
+    from dynashape import shaper_needs
+
+    needs = shaper_needs(name)
+    channels = needs.reward_channels == "required"
+    assert _runs(name, _batch(rewards=channels)), "a batch with everything it declares"
+    assert _runs(name, _batch(fingerprints=False, rewards=channels)) is not needs.fingerprints
+    assert _runs(name, _batch(prompt_keys=False, rewards=channels)) is not needs.prompt_keys
+    with_rewards = _runs(name, _batch(rewards=True), **TAKES_ONE_CHANNEL.get(name, {}))
+    assert with_rewards is (needs.reward_channels != "refused")
+    assert _runs(name, _batch(rewards=False)) is (needs.reward_channels != "required")
+
+
+def test_a_declaration_must_be_a_shaper_needs():
+    with pytest.raises(TypeError, match=r"needs must be a ShaperNeeds"):
+
+        @register_shaper("bad_needs")
+        class Bad(Shaper):
+            config_cls = GrpoConfig
+            needs = ("fingerprints",)
+
+            def shape(self, batch):  # pragma: no cover - never called
+                raise AssertionError
+
+    from dynashape import ShaperNeeds
+
+    with pytest.raises(ValueError, match=r"reward_channels must be one of \('refused', 'optional', 'required'\)"):
+        ShaperNeeds(reward_channels="some")
+    assert "bad_needs" not in available_shapers()

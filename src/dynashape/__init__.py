@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dynashape.batch import RolloutBatch
-    from dynashape.shapers import Shaped, Shaper, available_shapers, config_class, get_shaper, register_shaper
+    from dynashape.shapers import (
+        Shaped,
+        Shaper,
+        ShaperNeeds,
+        available_shapers,
+        config_class,
+        get_shaper,
+        register_shaper,
+        shaper_needs,
+    )
 
 __version__ = "0.1.0"
 
@@ -24,10 +33,12 @@ _EXPORTS = {
     "RolloutBatch": "dynashape.batch",
     "Shaped": "dynashape.shapers",
     "Shaper": "dynashape.shapers",
+    "ShaperNeeds": "dynashape.shapers",
     "available_shapers": "dynashape.shapers",
     "config_class": "dynashape.shapers",
     "get_shaper": "dynashape.shapers",
     "register_shaper": "dynashape.shapers",
+    "shaper_needs": "dynashape.shapers",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

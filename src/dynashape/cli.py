@@ -46,7 +46,8 @@ def _parse_value(text: str) -> Any:
 def _overrides(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     """``--set section.key=value`` pairs (YAML values) sorted by config section (``config.parse_overrides``):
     ``eval.n_samples=2``, ``task.max_ops=6``, ``prompt.chat_template=false``; a bare key is train's
-    (``lr=5e-4``), ``shaper_kwargs.x=v`` goes into the shaper's kwargs."""
+    (``lr=5e-4``), and so is a key of train's sections (``drpo.tau=5``); ``shaper_kwargs.x=v`` goes into the
+    shaper's kwargs."""
     from dynashape.train.config import parse_overrides
 
     pairs: dict[str, Any] = {}
@@ -113,7 +114,8 @@ def _add_common(p: argparse.ArgumentParser, *, progress: bool = True) -> None:
         metavar="KEY=VALUE",
         help="override a config field: lr=5e-4 (train), eval.n_samples=2, eval.max_problems=50, "
         "eval.max_new_tokens=512, eval.batch_size=16, task.*, warmup.*, model.*, prompt.chat_template=false, "
-        "prompt.suffix=..., shaper_kwargs.*",
+        "prompt.suffix=..., shaper_kwargs.*; train's sections as SECTION.KEY, merged into the preset's: "
+        "drpo.tau=5, entropy_advantage.enabled=true, overlong.buffer=8 (a train. prefix is optional)",
     )
     if progress:  # compare's runs write one line each instead of bars
         p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -311,8 +313,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from dynashape.train.run import truncated_at
 
     run_dir = Path(args.run_dir)
-    cfg = RunConfig.from_dict(state.read_yaml(run_dir / "config.yaml") or {})
-    cfg_hash = ckpt.config_hash(cfg.to_dict())  # of the run as trained, before evaluation overrides
+    written = state.read_yaml(run_dir / "config.yaml") or {}
+    cfg = RunConfig.from_dict(written)
+    # the hash its checkpoints carry: of config.yaml as the run wrote it (an older layout hashes differently once
+    # from_dict has moved its keys), before evaluation overrides
+    cfg_hash = ckpt.config_hash(written)
     sections = _overrides(args.set or [])
     if set(sections) - {"eval"}:
         raise ValueError(f"--set: dynashape eval takes eval.* keys only, got sections {sorted(sections)}")

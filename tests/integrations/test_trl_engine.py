@@ -190,6 +190,32 @@ def test_bad_reward_selection_names_the_argument(tmp_path):
         make_trainer(tmp_path, Recorder(), max_steps=1, correctness_reward="nope")
 
 
+def test_fingerprints_and_prompt_keys_follow_the_shaper_declaration(tmp_path):
+    """A shaper of any name that declares fingerprints gets them (and prompt keys); one that declares nothing does
+    not; a shaper that declares prompt keys alone gets the keys."""
+    from dynashape import Shaper, ShaperNeeds
+    from dynashape.shapers.grpo import GrpoConfig
+
+    def toy(needs):
+        class Toy(Shaper):
+            config_cls = GrpoConfig
+
+            def shape(self, batch):  # pragma: no cover - never called here
+                raise AssertionError
+
+        Toy.needs = needs
+        return Toy()
+
+    declared = make_trainer(tmp_path / "a", Recorder(), max_steps=1, shaper=toy(ShaperNeeds(fingerprints=True)))
+    assert declared.fingerprints and declared.prompt_keys
+    keys_only = make_trainer(tmp_path / "b", Recorder(), max_steps=1, shaper=toy(ShaperNeeds(prompt_keys=True)))
+    assert not keys_only.fingerprints and keys_only.prompt_keys
+    plain = make_trainer(tmp_path / "c", Recorder(), max_steps=1)
+    assert not plain.fingerprints and not plain.prompt_keys
+    forced = make_trainer(tmp_path / "d", Recorder(), max_steps=1, fingerprints=True)
+    assert forced.fingerprints and forced.prompt_keys
+
+
 def test_fingerprints_are_read_during_the_log_prob_forward(tmp_path):
     trainer = make_trainer(tmp_path, Recorder(), max_steps=1, shaper=get_shaper("meds"), fingerprint_layers=2)
     tok = trainer.processing_class

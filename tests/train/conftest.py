@@ -29,7 +29,7 @@ def tiny_config(base_cache):
             "prompts_per_step": 4,
             "group_size": 4,
             "max_new_tokens": 24,
-            "overlong_buffer": 4,
+            "overlong": {"buffer": 4},
             "mini_batches": 2,
             "checkpoint_every": 0,
             **overrides,

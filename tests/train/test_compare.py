@@ -27,7 +27,7 @@ TINY_TRAIN = {
     "prompts_per_step": 4,
     "group_size": 4,
     "max_new_tokens": 24,
-    "overlong_buffer": 4,
+    "overlong": {"buffer": 4},
     "mini_batches": 2,
     "checkpoint_every": 1,
 }
@@ -251,7 +251,8 @@ def test_the_command_line_runs_resumes_and_writes_results(base_cache, tmp_path, 
         "model.intermediate_size": 64, "warmup.steps": 40, "warmup.batch_size": 16, "warmup.lr": 0.01,
         "task.n_train": 100, "task.n_validation_per_difficulty": 1, "task.n_test_per_difficulty": 1,
         "task.max_ops": 3, "eval.n_samples": 2, "eval.max_new_tokens": 24, "eval.passk_samples": 4,
-        "eval.passk_hard": 1, "eval.passk_trap": 1, **TINY_TRAIN,
+        "eval.passk_hard": 1, "eval.passk_trap": 1, **{k: v for k, v in TINY_TRAIN.items() if k != "overlong"},
+        "overlong.buffer": TINY_TRAIN["overlong"]["buffer"],  # a train section's key in --set form
     }  # fmt: skip
     argv = ["compare", "--methods", "grpo", "--seeds", "1", "--jobs", "1", "--out", str(tmp_path / "c")]
     argv += ["--cache-dir", str(base_cache)] + [a for k, v in tiny.items() for a in ("--set", f"{k}={v}")]

@@ -17,7 +17,7 @@ TINY = ModelConfig(hidden_size=32, num_layers=3, num_heads=2, num_kv_heads=2, in
 
 
 def test_reward_columns_hand_checked():
-    cfg = make_train_config("dapo", max_new_tokens=64, overlong_buffer=10, length_threshold=32)
+    cfg = make_train_config("dapo", max_new_tokens=64, overlong={"buffer": 10}, length_threshold=32)
     correct = torch.tensor([True, False, True])
     lengths = torch.tensor([10, 60, 62])
     # overlong starts at 64 - 10 = 54: 10 -> 0, 60 -> (54 - 60) / 10 = -0.6, 62 -> -0.8
@@ -53,7 +53,7 @@ def test_dynamic_sampling_keeps_only_mixed_groups():
     model = build_policy(TINY, tok).eval()
     problems = world_splits(ChainTaskConfig(n_train=40, n_test_per_difficulty=1)).train
     cfg = make_train_config(
-        "dapo", prompts_per_step=4, group_size=2, max_new_tokens=4, overlong_buffer=2, max_sampling_rounds=3
+        "dapo", prompts_per_step=4, group_size=2, max_new_tokens=4, overlong={"buffer": 2}, max_sampling_rounds=3
     )
     trainer = Trainer(model, tok, problems, cfg, EvenAnswerVerifier())
     trainer._verify = lambda ro, probs: torch.zeros(len(probs), dtype=torch.bool)  # every group uniform
@@ -62,7 +62,7 @@ def test_dynamic_sampling_keeps_only_mixed_groups():
     assert col.rollouts is None and col.rounds == 3 and len(col.sampled["correct"]) == 3 * 4 * 2
 
     cfg = make_train_config(
-        "dapo", prompts_per_step=4, group_size=2, max_new_tokens=4, overlong_buffer=2, max_sampling_rounds=3
+        "dapo", prompts_per_step=4, group_size=2, max_new_tokens=4, overlong={"buffer": 2}, max_sampling_rounds=3
     )
     trainer = Trainer(model, tok, problems, cfg, EvenAnswerVerifier())
     trainer._verify = lambda ro, probs: torch.tensor(  # bypass truncation: judge the fake verdicts only

@@ -228,7 +228,7 @@ def test_two_rl_steps_and_a_gsm8k_evaluation(tiny_llama_dir, parity_verifier, tm
             prompts_per_step=2,
             group_size=2,
             max_new_tokens=8,
-            overlong_buffer=2,
+            overlong={"buffer": 2},
             mini_batches=1,
             checkpoint_every=0,
             fingerprint_layers=2,

@@ -185,7 +185,7 @@ def test_regimes_set_every_length_parameter_from_the_saved_rules():
         assert (lead.max_new_tokens, lead.regime, lead.shaper_kwargs) == (b, regime, {"b_max": b, "l_min": b // 4})
         assert make_train_config("grpo_length", regime=regime).shaper_kwargs["threshold"] == b // 2
         assert make_train_config("gdpo", regime=regime).length_threshold == b // 2
-        assert make_train_config("dapo", regime=regime).overlong_buffer == b // 6
+        assert make_train_config("dapo", regime=regime).overlong.buffer == b // 6
         assert make_train_config("meds", regime=regime).fingerprint_layers == 4
     assert rules["regimes"]["tight"]["budget"] < rules["regimes"]["loose"]["budget"] < rules["eval_cap"]
     with pytest.raises(ValueError, match="regime"):

@@ -60,7 +60,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from dynashape.batch import RolloutBatch
 from dynashape.integrations._prompts import prompt_key_of
-from dynashape.meds.capture import FingerprintCapture
+from dynashape.meds.capture import OFFICIAL_FINGERPRINT_LAYERS, FingerprintCapture
 from dynashape.meds.positions import answer_positions, answer_targets
 from dynashape.shapers import Shaped, Shaper
 from dynashape.state import StateFileError, torch_load, torch_save
@@ -79,7 +79,6 @@ logger = logging.getLogger(__name__)
 #: TRL versions this adapter was checked against (the overridden private methods change between releases).
 SUPPORTED_TRL = ("1.16.0", "1.17.0")  # [lower, upper)
 STATE_FILE = "dynashape_shaper.pt"
-_MEDS = frozenset({"meds", "lead_meds"})
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -171,7 +170,9 @@ class ShapedGRPOTrainer(GRPOTrainer):
         correct_threshold: Correct when that reward exceeds this.
         reward_channels: Indices or names of reward functions passed as the batch's extra ``rewards`` channels
             (for shapers that take them: gdpo, lead with ``reward_ranges``); default none.
-        fingerprints: Compute MEDS fingerprints and prompt keys; default: when the shaper is meds/lead_meds.
+        fingerprints: Compute MEDS fingerprints and prompt keys; default: when the shaper declares it reads
+            fingerprints (``shaper.needs``: meds, lead_meds). Prompt keys are also passed to a shaper that
+            declares it reads them.
         fingerprint_layers, fingerprint_diff, fingerprint_norm: The fingerprint's settings (meds.md section 1).
         *args, **kwargs: Everything ``GRPOTrainer`` takes.
     """
@@ -184,7 +185,7 @@ class ShapedGRPOTrainer(GRPOTrainer):
         correct_threshold: float = 0.5,
         reward_channels: Sequence[int | str] = (),
         fingerprints: bool | None = None,
-        fingerprint_layers: int = 14,
+        fingerprint_layers: int = OFFICIAL_FINGERPRINT_LAYERS,
         fingerprint_diff: bool = False,
         fingerprint_norm: str = "raw",
         **kwargs: Any,
@@ -199,7 +200,8 @@ class ShapedGRPOTrainer(GRPOTrainer):
         self.correctness_index = self._reward_index("correctness_reward", correctness_reward)
         self.correct_threshold = float(correct_threshold)
         self.reward_channel_indices = [self._reward_index("reward_channels", c) for c in reward_channels]
-        self.fingerprints = shaper.name in _MEDS if fingerprints is None else bool(fingerprints)
+        self.fingerprints = shaper.needs.fingerprints if fingerprints is None else bool(fingerprints)
+        self.prompt_keys = self.fingerprints or shaper.needs.prompt_keys
         self.fingerprint_options = {"layers": fingerprint_layers, "diff": fingerprint_diff, "norm": fingerprint_norm}
         self.last_shaped: Shaped | None = None
         self.add_callback(ShaperStateCallback(shaper))
@@ -332,8 +334,9 @@ class ShapedGRPOTrainer(GRPOTrainer):
         group_ids = torch.arange(n, device=device) // self.num_generations
         channels = rewards[:, self.reward_channel_indices] if self.reward_channel_indices else None
         keys, prints = None, None
-        if self.fingerprints:
+        if self.prompt_keys:
             keys = [prompt_key_of(p) for p in gather_object(self._ds_local["prompts"])]
+        if self.fingerprints:
             prints = gather(self._ds_fingerprints.to(device).float())
         batch = RolloutBatch(
             group_ids=group_ids,

@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dynashape.meds.capture import FingerprintCapture, fingerprint
+    from dynashape.meds.capture import OFFICIAL_FINGERPRINT_LAYERS, FingerprintCapture, fingerprint
     from dynashape.meds.clustering import assign, fit_labels, knn_vote, voted_cluster_sizes
     from dynashape.meds.keys import prompt_key
     from dynashape.meds.memory import ErrorMemory, MemoryConfig, MemoryFileError
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "OFFICIAL_FINGERPRINT_LAYERS": "capture",
     "FingerprintCapture": "capture",
     "fingerprint": "capture",
     "assign": "clustering",

@@ -48,7 +48,10 @@ try:  # torch builds without distributed support have no DTensor (and then no FS
 except ImportError:  # pragma: no cover
     _DTensor = None  # type: ignore[assignment,misc]
 
-__all__ = ["FingerprintCapture", "fingerprint"]
+__all__ = ["OFFICIAL_FINGERPRINT_LAYERS", "FingerprintCapture", "fingerprint"]
+
+OFFICIAL_FINGERPRINT_LAYERS = 14
+"""The MEDS paper's fingerprint width: the last 14 layers' logits (its official code); the engines' default."""
 
 Norm = Literal["raw", "final"]
 _NORMS = ("raw", "final")
@@ -86,7 +89,8 @@ class FingerprintCapture:
         positions: LongTensor [N], index of p along the sequence axis of the input; -1 = no answer (NaN row).
         targets: LongTensor [N], y* token ids; ignored where ``positions`` is -1.
         rows: LongTensor [N] of input rows, or None for ``arange(N)``.
-        layers: Number of values kept, the last ones (official 14); None keeps all (N, or N - 1 with diff).
+        layers: Number of values kept, the last ones (official: OFFICIAL_FINGERPRINT_LAYERS = 14); None keeps all
+            (N, or N - 1 with diff).
         diff: Take consecutive differences over all N layers first, then keep the last ``layers``.
         norm: ``"raw"`` (official, HF ``hidden_states[1:]``) or ``"final"`` (final norm on every layer).
         parts: The model's parts, when :func:`find_model_parts` does not know the architecture.
@@ -99,7 +103,7 @@ class FingerprintCapture:
         targets: Tensor,
         *,
         rows: Tensor | None = None,
-        layers: int | None = 14,
+        layers: int | None = OFFICIAL_FINGERPRINT_LAYERS,
         diff: bool = False,
         norm: Norm = "raw",
         parts: ModelParts | None = None,
@@ -401,7 +405,7 @@ def fingerprint(
     targets: Tensor,
     *,
     rows: Tensor | None = None,
-    layers: int | None = 14,
+    layers: int | None = OFFICIAL_FINGERPRINT_LAYERS,
     diff: bool = False,
     norm: Norm = "raw",
     parts: ModelParts | None = None,

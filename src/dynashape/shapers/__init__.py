@@ -1,10 +1,20 @@
-"""Advantage shapers: one registry, one signature `shaper(batch) -> Shaped`.
+"""Advantage shapers: one registry, one signature `shaper(batch) -> Shaped`, and each shaper's declaration of
+what it reads (`Shaper.needs`, `shaper_needs(name)`).
 
 Importing this package registers the built-in shapers.
 """
 
 from dynashape.shapers import grpo, lead, length_rewards, meds
-from dynashape.shapers.base import Shaped, Shaper
-from dynashape.shapers.registry import available_shapers, config_class, get_shaper, register_shaper
+from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds
+from dynashape.shapers.registry import available_shapers, config_class, get_shaper, register_shaper, shaper_needs
 
-__all__ = ["Shaped", "Shaper", "available_shapers", "config_class", "get_shaper", "register_shaper"]
+__all__ = [
+    "Shaped",
+    "Shaper",
+    "ShaperNeeds",
+    "available_shapers",
+    "config_class",
+    "get_shaper",
+    "register_shaper",
+    "shaper_needs",
+]

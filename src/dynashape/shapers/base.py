@@ -5,13 +5,40 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 
 from dynashape.batch import RolloutBatch
 
-__all__ = ["Shaped", "Shaper"]
+__all__ = ["REWARD_CHANNELS", "Shaped", "Shaper", "ShaperNeeds"]
+
+RewardChannels = Literal["refused", "optional", "required"]
+REWARD_CHANNELS: tuple[str, ...] = ("refused", "optional", "required")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShaperNeeds:
+    """What a shaper reads from a ``RolloutBatch`` beyond ``group_ids``, ``correct`` and ``lengths``.
+
+    Every shaper declares it (``Shaper.needs``), and the engines, the trainer config and the presets read it
+    instead of lists of names: a shaper that needs fingerprints gets them captured wherever it runs.
+    """
+
+    fingerprints: bool = False
+    """Reads ``fingerprints`` [N, D] (MEDS): the engine must capture them during its old-log-prob forward."""
+    prompt_keys: bool = False
+    """Reads ``prompt_keys`` [N]: a stable id of each prompt across steps (a memory keyed by prompt)."""
+    reward_channels: RewardChannels = "refused"
+    """``rewards`` [N, K]: "refused" (the shaper raises when given extra channels), "optional" (read when
+    given, where its config accepts them: lead declares each column's range) or "required"."""
+
+    def __post_init__(self) -> None:
+        for name in ("fingerprints", "prompt_keys"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.reward_channels not in REWARD_CHANNELS:
+            raise ValueError(f"reward_channels must be one of {REWARD_CHANNELS}, got {self.reward_channels!r}")
 
 
 @dataclass(frozen=True)
@@ -32,12 +59,14 @@ class Shaped:
 class Shaper(ABC):
     """Base class of every registered shaper.
 
-    Subclasses set `config_cls` (a frozen keyword-only dataclass) and implement `shape`. Stateful shapers also
-    override `reset`, `state_dict` and `load_state_dict`; calling a shaper advances its state exactly once.
+    Subclasses set `config_cls` (a frozen keyword-only dataclass), declare `needs` when they read more than
+    verdicts and lengths, and implement `shape`. Stateful shapers also override `reset`, `state_dict` and
+    `load_state_dict`; calling a shaper advances its state exactly once.
     """
 
     name: ClassVar[str] = ""
     config_cls: ClassVar[type]
+    needs: ClassVar[ShaperNeeds] = ShaperNeeds()
 
     def __init__(self, config: Any = None) -> None:
         if config is None:

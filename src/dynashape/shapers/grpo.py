@@ -21,7 +21,7 @@ from dynashape.shapers._common import (
     require_rewards,
     zero_advantage_frac,
 )
-from dynashape.shapers.base import Shaped, Shaper
+from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds
 from dynashape.shapers.registry import register_shaper
 
 __all__ = [
@@ -66,6 +66,7 @@ class GrpoShaper(Shaper):
     else correctness as 0/1."""
 
     config_cls = GrpoConfig
+    needs = ShaperNeeds(reward_channels="optional")
 
     def shape(self, batch: RolloutBatch) -> Shaped:
         if batch.rewards is not None:
@@ -149,6 +150,7 @@ class GdpoShaper(Shaper):
     """GDPO (NVlabs, arXiv 2601.05242): GRPO-normalise each reward column on its own, weighted sum, whiten."""
 
     config_cls = GdpoConfig
+    needs = ShaperNeeds(reward_channels="required")
 
     def shape(self, batch: RolloutBatch) -> Shaped:
         rewards = require_rewards(self.name, batch)

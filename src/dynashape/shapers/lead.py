@@ -18,7 +18,7 @@ from dynashape.controller import ControllerStep, PSIController
 from dynashape.efficiency import EFFICIENCY_MODES, TARGET_MODES, efficiency_reward, target_lengths
 from dynashape.groups import Groups, group_count, group_normalize, total_variance_stats
 from dynashape.shapers._common import F64, WHITEN_MODES, batch_whiten, metrics_dict
-from dynashape.shapers.base import Shaped, Shaper
+from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds
 from dynashape.shapers.registry import register_shaper
 
 __all__ = ["LeadConfig", "LeadShaper", "check_lead_batch", "lead_advantages"]
@@ -185,6 +185,7 @@ class LeadShaper(Shaper):
     r_l, PSI-controlled weights (EMA + floor), BatchWhiten. State: the controller's EMA."""
 
     config_cls = LeadConfig
+    needs = ShaperNeeds(reward_channels="optional")
 
     def reset(self) -> None:
         self.controller_ = self.config.controller()

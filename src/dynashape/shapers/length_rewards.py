@@ -25,7 +25,7 @@ from dynashape._checks import require_choice, require_range
 from dynashape.batch import RolloutBatch
 from dynashape.groups import Groups, group_count, group_max, group_mean, group_min, group_normalize, group_var
 from dynashape.shapers._common import F64, metrics_dict, zero_advantage_frac
-from dynashape.shapers.base import Shaped, Shaper
+from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds
 from dynashape.shapers.registry import register_shaper
 
 __all__ = [
@@ -166,6 +166,7 @@ class CosineShaper(Shaper):
     """
 
     config_cls = CosineConfig
+    needs = ShaperNeeds(reward_channels="optional")
 
     def shape(self, batch: RolloutBatch) -> Shaped:
         cfg = self.config
@@ -242,6 +243,7 @@ class KimiLengthShaper(Shaper):
     """
 
     config_cls = KimiLengthConfig
+    needs = ShaperNeeds(reward_channels="optional")
 
     def shape(self, batch: RolloutBatch) -> Shaped:
         cfg = self.config
@@ -326,6 +328,7 @@ class PassRateLinearShaper(Shaper):
     """
 
     config_cls = PassRateLinearConfig
+    needs = ShaperNeeds(reward_channels="optional")
 
     def shape(self, batch: RolloutBatch) -> Shaped:
         cfg = self.config
@@ -415,6 +418,7 @@ class LengthZscoreShaper(Shaper):
     """
 
     config_cls = LengthZscoreConfig
+    needs = ShaperNeeds(reward_channels="optional")
 
     def shape(self, batch: RolloutBatch) -> Shaped:
         cfg = self.config

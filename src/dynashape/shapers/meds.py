@@ -19,7 +19,7 @@ from dynashape.batch import RolloutBatch
 from dynashape.groups import Groups, group_normalize
 from dynashape.meds.penalty import repeat_penalty
 from dynashape.shapers._common import F64, metrics_dict
-from dynashape.shapers.base import Shaped, Shaper
+from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds
 from dynashape.shapers.lead import LeadConfig, check_lead_batch, lead_advantages, lead_metrics
 from dynashape.shapers.registry import register_shaper
 
@@ -160,6 +160,7 @@ class MedsShaper(Shaper):
     penalty)."""
 
     config_cls = MedsConfig
+    needs = ShaperNeeds(fingerprints=True, prompt_keys=True, reward_channels="optional")
 
     def reset(self) -> None:
         if getattr(self, "penalty_", None) is not None:
@@ -218,6 +219,7 @@ class LeadMedsShaper(Shaper):
     State: LEAD's controller and the error memory."""
 
     config_cls = LeadMedsConfig
+    needs = ShaperNeeds(fingerprints=True, prompt_keys=True, reward_channels="optional")
 
     def reset(self) -> None:
         if getattr(self, "penalty_", None) is not None:

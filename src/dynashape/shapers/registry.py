@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from dynashape.shapers.base import Shaper
+from dynashape.shapers.base import Shaper, ShaperNeeds
 
-__all__ = ["available_shapers", "config_class", "get_shaper", "register_shaper"]
+__all__ = ["available_shapers", "config_class", "get_shaper", "register_shaper", "shaper_needs"]
 
 _REGISTRY: dict[str, type[Shaper]] = {}
 S = TypeVar("S", bound=type[Shaper])
@@ -21,6 +21,8 @@ def register_shaper(name: str) -> Callable[[S], S]:
     def decorate(cls: S) -> S:
         if not (isinstance(cls, type) and issubclass(cls, Shaper)):
             raise TypeError(f"register_shaper({name!r}) decorates Shaper subclasses, got {cls!r}")
+        if not isinstance(cls.needs, ShaperNeeds):
+            raise TypeError(f"{cls.__qualname__}.needs must be a ShaperNeeds, got {cls.needs!r}")
         taken = _REGISTRY.get(name)
         if taken is not None and taken is not cls:
             raise ValueError(f"shaper name {name!r} is already registered to {taken.__qualname__}")
@@ -47,6 +49,11 @@ def get_shaper(name: str, **params: Any) -> Shaper:
 def config_class(name: str) -> type:
     """The frozen config dataclass of shaper `name` (to validate engine config keys before building)."""
     return _lookup(name).config_cls
+
+
+def shaper_needs(name: str) -> ShaperNeeds:
+    """What shaper `name` reads from a batch beyond verdicts and lengths (fingerprints, prompt keys, rewards)."""
+    return _lookup(name).needs
 
 
 def available_shapers() -> list[str]:

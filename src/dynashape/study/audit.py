@@ -111,7 +111,7 @@ def run_audit(
             temperature=cfg.eval.temperature,
             seed=cfg.eval.seed,
             batch_size=cfg.eval.batch_size,
-            fingerprint_layers=4,
+            fingerprint_layers=cfg.eval.fingerprint_layers,
             device=device,
         )
     audit = audit_samples(s)

@@ -27,7 +27,9 @@ import numpy as np
 from dynashape.study.stats import Interval, hierarchical_bootstrap, paired_values, t_interval
 
 __all__ = [
+    "BEST_GLOBAL",
     "CLAIMS",
+    "GLOBAL_THRESHOLD_BASELINES",
     "MIN_SEEDS",
     "Claim",
     "Comparison",
@@ -40,6 +42,9 @@ __all__ = [
 MIN_SEEDS = 5
 RELATIONS = (">", ">=", "<", "<=")
 BEST_GLOBAL = "best_global"
+"""A claim's (and the comparison plan's) control that stands for the better-tuned of
+``GLOBAL_THRESHOLD_BASELINES`` (validation AES)."""
+GLOBAL_THRESHOLD_BASELINES: tuple[str, ...] = ("grpo_length", "gdpo")
 # Metrics that are fractions in [0, 1]: where both arms sit at an end on every paired seed the difference is 0 by
 # construction, so the verdict (which still follows the rule) says nothing about the methods; the page says so.
 BOUNDED_METRICS = frozenset({"accuracy", "accuracy@hardest", "trap_pass@64"})

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dynashape import state
+from dynashape.study.claims import BEST_GLOBAL, GLOBAL_THRESHOLD_BASELINES
 from dynashape.study.presets import make_train_config, tuning_grids, tuning_overrides
 from dynashape.study.scheduler import Job, Outcome, default_jobs, prepare, run_jobs
 from dynashape.train.config import RunConfig
@@ -49,9 +50,6 @@ __all__ = [
     "spec_config",
 ]
 
-BEST_GLOBAL = "best_global"
-"""A row that stands for the better-tuned of ``GLOBAL_THRESHOLD_BASELINES`` (validation AES)."""
-GLOBAL_THRESHOLD_BASELINES: tuple[str, ...] = ("grpo_length", "gdpo")
 TUNING_SEED_OFFSET = 100
 EVAL_SEED_STRIDE = 1000  # evaluate() also uses eval seed + 1 (pass@k subset): strides keep the streams apart
 

@@ -12,8 +12,8 @@ shaper and loss differ. Length parameters are scaled to the toy task from the pa
   a 5- or 6-operand concise trace (~40 / ~47 tokens) and loose for a 2-operand one (~17);
 * ShorterBetter: alpha = 2, beta per token scaled by 4000 / B ~ 60 from the paper's 0.001 -> 0.06;
 * DAPO / MEDS: overlong buffer B / 6 (DAPO: 4096 of 20480 is 1 / 5), dual clip 10 for MEDS;
-* MEDS fingerprints: all 4 decoder layers of the toy model (one value per layer; with 2 the L2-normalised
-  fingerprint is a single angle);
+* fingerprints, for every shaper that declares it reads them (``Shaper.needs``: meds, lead_meds): all 4
+  decoder layers of the toy model (``TRAINER_FINGERPRINT_LAYERS``);
 * cosine: max_len = B (the cosine spans the whole budget, as the paper's max_len is its generation limit);
   its reward values are dimensionless and keep open-r1's defaults;
 * kimi_length: weight 1, unscaled: lambda uses only (l - min) / (max - min) within a group, free of units;
@@ -35,7 +35,8 @@ import dataclasses
 from types import MappingProxyType
 from typing import Any
 
-from dynashape.train.config import TrainConfig
+from dynashape.shapers import shaper_needs
+from dynashape.train.config import TRAINER_FINGERPRINT_LAYERS, TrainConfig, train_sections
 
 __all__ = [
     "PRESETS",
@@ -68,10 +69,9 @@ def regime_budget(regime: str = "tight") -> int:
         return FALLBACK_BUDGET
 
 
-def preset_values(method: str, budget: int) -> dict[str, Any]:
-    """The ``TrainConfig`` fields of preset ``method`` at training budget ``budget`` (tokens)."""
-    if budget < 8:
-        raise ValueError(f"budget must be >= 8, got {budget}")
+def _table(budget: int) -> dict[str, dict[str, Any]]:
+    """Every preset's ``TrainConfig`` fields at training budget ``budget`` as written (``preset_values`` adds what
+    follows from the shaper's declaration and the budget itself)."""
     l_min, threshold, overlong = budget // 4, budget // 2, max(1, budget // 6)
     dapo: dict[str, Any] = {
         "eps_low": 0.2,
@@ -79,9 +79,9 @@ def preset_values(method: str, budget: int) -> dict[str, Any]:
         "loss_agg": "token-mean",
         "dynamic_sampling": True,
         "reward_columns": ("correct_overlong",),
-        "overlong_buffer": overlong,
+        "overlong": {"buffer": overlong},
     }
-    table: dict[str, dict[str, Any]] = {
+    return {
         "grpo": {"shaper": "grpo"},
         "grpo_length": {
             "shaper": "grpo_length",
@@ -98,6 +98,25 @@ def preset_values(method: str, budget: int) -> dict[str, Any]:
             "shaper": "lead",
             "shaper_kwargs": {"b_max": budget, "l_min": l_min, "static_lambda_c": 0.5},
         },
+        "shorterbetter": {"shaper": "shorterbetter", "shaper_kwargs": {"alpha": 2.0, "beta": 0.06}},
+        "drpo": {"shaper": "grpo", "loss": "drpo"},
+        "dapo": {"shaper": "grpo", **dapo},
+        "meds": {
+            "shaper": "meds",
+            **dapo,
+            "reward_columns": ("overlong",),  # the meds shaper adds its columns to the correctness it reads
+            "dual_clip": 10.0,
+            "shaper_kwargs": {"alpha": 0.1, "beta": 0.2},
+        },
+        "lead_meds": {
+            "shaper": "lead_meds",
+            "shaper_kwargs": {"b_max": budget, "l_min": l_min, "meds": {"alpha": 0.1, "beta": 0.2}},
+        },
+        # the length rewards engines ship (issue 10); defaults are the sources', scaled as the docstring says
+        "cosine": {"shaper": "cosine", "shaper_kwargs": {"max_len": budget}},
+        "kimi_length": {"shaper": "kimi_length", "shaper_kwargs": {"weight": 1.0}},
+        "pass_rate_linear": {"shaper": "pass_rate_linear", "shaper_kwargs": {"coef": 0.25, "budget": budget}},
+        "length_zscore": {"shaper": "length_zscore", "shaper_kwargs": {"alpha": 0.05, "wrong_reward": -1.0}},
         # LEAD's ablations (lead.md): the target aggregator and the one-sided efficiency reward
         "lead_min_correct": {
             "shaper": "lead",
@@ -108,40 +127,28 @@ def preset_values(method: str, budget: int) -> dict[str, Any]:
             "shaper": "lead",
             "shaper_kwargs": {"b_max": budget, "l_min": l_min, "efficiency": "upper_only"},
         },
-        "shorterbetter": {"shaper": "shorterbetter", "shaper_kwargs": {"alpha": 2.0, "beta": 0.06}},
-        "drpo": {"shaper": "grpo", "loss": "drpo"},
-        "dapo": {"shaper": "grpo", **dapo},
-        "meds": {
-            "shaper": "meds",
-            **dapo,
-            "reward_columns": ("overlong",),  # the meds shaper adds its columns to the correctness it reads
-            "dual_clip": 10.0,
-            "fingerprint_layers": FINGERPRINT_LAYERS,
-            "shaper_kwargs": {"alpha": 0.1, "beta": 0.2},
-        },
         # MEDS's clustering ablation: the whole error bank of a prompt is one cluster (no HDBSCAN)
         "meds_single_cluster": {
             "shaper": "meds",
             **dapo,
             "reward_columns": ("overlong",),
             "dual_clip": 10.0,
-            "fingerprint_layers": FINGERPRINT_LAYERS,
             "shaper_kwargs": {"alpha": 0.1, "beta": 0.2, "cluster_method": "single"},
         },
-        "lead_meds": {
-            "shaper": "lead_meds",
-            "fingerprint_layers": FINGERPRINT_LAYERS,
-            "shaper_kwargs": {"b_max": budget, "l_min": l_min, "meds": {"alpha": 0.1, "beta": 0.2}},
-        },
-        # the length rewards engines ship (issue 10); defaults are the sources', scaled as the docstring says
-        "cosine": {"shaper": "cosine", "shaper_kwargs": {"max_len": budget}},
-        "kimi_length": {"shaper": "kimi_length", "shaper_kwargs": {"weight": 1.0}},
-        "pass_rate_linear": {"shaper": "pass_rate_linear", "shaper_kwargs": {"coef": 0.25, "budget": budget}},
-        "length_zscore": {"shaper": "length_zscore", "shaper_kwargs": {"alpha": 0.05, "wrong_reward": -1.0}},
     }
+
+
+def preset_values(method: str, budget: int) -> dict[str, Any]:
+    """The ``TrainConfig`` fields of preset ``method`` at training budget ``budget`` (tokens)."""
+    if budget < 8:
+        raise ValueError(f"budget must be >= 8, got {budget}")
+    table = _table(budget)
     if method not in table:
         raise ValueError(f"unknown method {method!r}; available: {', '.join(table)}")
-    return {"max_new_tokens": budget, **table[method]}
+    entry = table[method]
+    if shaper_needs(entry["shaper"]).fingerprints:  # the shaper's declaration, not a list of MEDS presets
+        entry = {**entry, "fingerprint_layers": TRAINER_FINGERPRINT_LAYERS}
+    return {"max_new_tokens": budget, **entry}
 
 
 def tuning_grids(budget: int) -> dict[str, dict[str, tuple[float, ...]]]:
@@ -158,18 +165,12 @@ def tuning_grids(budget: int) -> dict[str, dict[str, tuple[float, ...]]]:
     }
 
 
-FINGERPRINT_LAYERS = 4
 BUDGET = regime_budget("tight")
 L_MIN = BUDGET // 4
 THRESHOLD = BUDGET // 2
 OVERLONG_BUFFER = BUDGET // 6
-_NAMES = (
-    "grpo", "grpo_length", "gdpo", "lead", "lead_static", "shorterbetter", "drpo", "dapo", "meds", "lead_meds",
-    "cosine", "kimi_length", "pass_rate_linear", "length_zscore",
-    "lead_min_correct", "lead_mean_all", "lead_upper_only", "meds_single_cluster",
-)  # fmt: skip
 # The presets at the tight regime's budget (the default); other regimes: preset_values(method, budget).
-PRESETS: MappingProxyType[str, dict[str, Any]] = MappingProxyType({m: preset_values(m, BUDGET) for m in _NAMES})
+PRESETS: MappingProxyType[str, dict[str, Any]] = MappingProxyType({m: preset_values(m, BUDGET) for m in _table(BUDGET)})
 TUNING_GRIDS: MappingProxyType[str, dict[str, tuple[float, ...]]] = MappingProxyType(tuning_grids(BUDGET))
 
 
@@ -181,8 +182,8 @@ def make_train_config(method: str, *, regime: str = "tight", **overrides: Any) -
     """The ``TrainConfig`` of preset ``method`` in budget regime ``regime`` with ``overrides`` on top.
 
     The regime sets the training budget (``max_new_tokens``) and every length parameter derived from it
-    (``regime_budget``); ``shaper_kwargs`` overrides are merged into the preset's, so
-    ``shaper_kwargs={"b_max": 80}`` keeps l_min.
+    (``regime_budget``); ``shaper_kwargs`` and section overrides are merged into the preset's, so
+    ``shaper_kwargs={"b_max": 80}`` keeps l_min and ``overlong={"factor": 0.5}`` keeps the preset's buffer.
     """
     if method not in PRESETS:
         raise ValueError(f"unknown method {method!r}; available: {', '.join(PRESETS)}")
@@ -192,8 +193,18 @@ def make_train_config(method: str, *, regime: str = "tight", **overrides: Any) -
         raise ValueError(f"unknown TrainConfig fields {sorted(unknown)}")
     values: dict[str, Any] = {"method": method, "regime": regime, **preset_values(method, regime_budget(regime))}
     values["shaper_kwargs"] = {**values.get("shaper_kwargs", {}), **overrides.pop("shaper_kwargs", {})}
+    for name in train_sections():
+        if name in overrides:
+            values[name] = {**_fields(values.get(name)), **_fields(overrides.pop(name))}
     values.update(overrides)
     return TrainConfig(**values)
+
+
+def _fields(section: Any) -> dict[str, Any]:
+    """A section given as a dataclass, a mapping or None, as a dict of its fields."""
+    if section is None:
+        return {}
+    return dataclasses.asdict(section) if dataclasses.is_dataclass(section) else dict(section)
 
 
 def tuning_overrides(method: str, *, regime: str = "tight") -> list[dict[str, Any]]:

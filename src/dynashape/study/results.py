@@ -20,14 +20,13 @@ from typing import Any
 import numpy as np
 
 from dynashape import state
-from dynashape.study.claims import evaluate_claims, metric_per_problem, metric_value
+from dynashape.study.claims import GLOBAL_THRESHOLD_BASELINES, evaluate_claims, metric_per_problem, metric_value
 from dynashape.study.results_page import TABLE_METRICS, kept_claims, results_markdown
 from dynashape.study.stats import hierarchical_bootstrap, mean_sd, paired_values, t_interval
 from dynashape.study.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
 
 __all__ = ["best_tuned", "build_results", "write_results"]
 
-GLOBAL_THRESHOLD = ("grpo_length", "gdpo")
 RunMap = dict[tuple[str, str], dict[int, dict[str, Any]]]
 
 
@@ -208,7 +207,7 @@ def build_results(out: str | Path, *, n_boot: int = 2000) -> dict[str, Any]:
     regimes = sorted({r for r, _ in runs})
     best_global = {r: tuning[r]["best_global"] for r in tuning if isinstance(tuning[r].get("best_global"), str)}
     for r in regimes:  # a regime whose rows were both global baselines without a best_global row
-        best_global.setdefault(r, best_tuned(tuning, r, GLOBAL_THRESHOLD) or "")
+        best_global.setdefault(r, best_tuned(tuning, r, GLOBAL_THRESHOLD_BASELINES) or "")
     best_global = {r: m for r, m in best_global.items() if m}
     controls: dict[str, dict[str, str]] = {}
     for r in regimes:

@@ -86,7 +86,10 @@ def finished_eval(job: Job) -> dict[str, Any] | None:
         return None
     if not (isinstance(ev, dict) and isinstance(old, dict)):
         return None
-    same_config = ckpt.config_hash(old) == ckpt.config_hash(job.cfg.to_dict())
+    try:  # read through RunConfig, so that a folder written with an older config layout still counts
+        same_config = ckpt.config_hash(RunConfig.from_dict(old).to_dict()) == ckpt.config_hash(job.cfg.to_dict())
+    except (TypeError, ValueError):  # a config this version cannot read is not this job's
+        return None
     if same_config and ev.get("steps") == job.cfg.train.steps and ev.get("split", "test") == job.cfg.eval.split:
         return ev
     return None

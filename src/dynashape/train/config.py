@@ -2,11 +2,14 @@
 
 Frozen keyword-only dataclasses, validated on construction; ``RunConfig.to_dict()`` is what a run folder's
 ``config.yaml`` holds and ``RunConfig.from_dict`` reads it back, so the resolved config is the record.
+``TrainConfig`` keeps each method's own settings in a nested section (``drpo``, ``entropy_advantage``,
+``overlong``), as verl's algorithm config does.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -14,27 +17,101 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dynashape.shapers import shaper_needs
+from dynashape.train.objectives import available_losses
 from dynashape.train.policy import ModelConfig
 from dynashape.train.prompts import PromptConfig
 from dynashape.train.warmup import WarmupConfig
 from dynashape.world.chain.config import ChainTaskConfig
 
-__all__ = ["EVAL_SPLITS", "REWARD_COLUMNS", "SECTIONS", "EvalConfig", "RunConfig", "TrainConfig", "parse_overrides"]
+__all__ = [
+    "EVAL_SPLITS",
+    "FLAT_TRAIN_KEYS",
+    "REWARD_COLUMNS",
+    "SECTIONS",
+    "TRAINER_FINGERPRINT_LAYERS",
+    "DrpoConfig",
+    "EntropyAdvantageConfig",
+    "EvalConfig",
+    "OverlongConfig",
+    "RunConfig",
+    "TrainConfig",
+    "parse_overrides",
+    "train_sections",
+]
 
 # Reward columns a preset can hand to its shaper as ``RolloutBatch.rewards`` (see loop.reward_columns):
 # correct = verifier verdict 1/0; overlong = DAPO overlong penalty alone (MEDS adds its columns to the
 # correctness it reads itself); correct_overlong = correct + overlong (one scalar, for grpo);
 # correct_short = 1[correct and length <= length_threshold].
 REWARD_COLUMNS: tuple[str, ...] = ("correct", "overlong", "correct_overlong", "correct_short")
-LOSSES: tuple[str, ...] = ("clip", "drpo")
 AGG_MODES: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 EVAL_SPLITS: tuple[str, ...] = ("test", "validation")
+TRAINER_FINGERPRINT_LAYERS: int = ModelConfig().num_layers
+"""The reference trainer's MEDS fingerprint width (the presets', the evaluation's and the audit's): all decoder
+layers of the chain world's base model, one value per layer (with 2 the L2-normalised fingerprint is a single
+angle). The engines default to the paper's width, ``meds.capture.OFFICIAL_FINGERPRINT_LAYERS``."""
 
 
 def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
     ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
     if not ok:
         raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OverlongConfig:
+    """DAPO's overlong penalty (arXiv 2503.14476, Eq. 13), read by the ``overlong`` and ``correct_overlong``
+    reward columns: 0 up to ``max_new_tokens - buffer``, then linear down to -factor at ``max_new_tokens``."""
+
+    buffer: int = 10
+    """L_cache: the last this many tokens of the budget where the penalty ramps (<= max_new_tokens)."""
+    factor: float = 1.0
+    """Scale of the penalty."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.buffer, bool) or not isinstance(self.buffer, int) or self.buffer < 1:
+            raise ValueError(f"overlong.buffer must be an int >= 1, got {self.buffer!r}")
+        _positive("overlong.factor", self.factor, allow_zero=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntropyAdvantageConfig:
+    """The entropy advantage of the clip loss (Cheng et al., "Reasoning with Exploration: An Entropy
+    Perspective"): every token's advantage A becomes A + min(alpha * H_t.detach(), |A| / kappa)."""
+
+    enabled: bool = False
+    """Add the entropy term to the advantages."""
+    alpha: float = 0.4
+    """Weight of the token entropy."""
+    kappa: float = 2.0
+    """The term is capped at |A| / kappa, so it never flips an advantage's sign."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"entropy_advantage.enabled must be true or false, got {self.enabled!r}")
+        _positive("entropy_advantage.alpha", self.alpha, allow_zero=True)
+        _positive("entropy_advantage.kappa", self.kappa)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DrpoConfig:
+    """The DRPO objective (arXiv 2510.04474; spec baselines.md), used by ``loss="drpo"``."""
+
+    tau: float = 10.0
+    """Soft-max temperature over the wrong rollouts of a group."""
+    lam: float = 0.1
+    """Temperature lambda of the length weights over the correct rollouts (larger = weaker preference)."""
+    beta: float = 1e3
+    """Trust-region penalty weight."""
+    delta: float = 1e-4
+    """Trust-region KL threshold."""
+
+    def __post_init__(self) -> None:
+        _positive("drpo.tau", self.tau)
+        _positive("drpo.lam", self.lam)
+        _positive("drpo.beta", self.beta, allow_zero=True)
+        _positive("drpo.delta", self.delta, allow_zero=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,14 +150,14 @@ class TrainConfig:
     """DAPO: drop groups whose rollouts are all right or all wrong, sample more prompts to refill."""
     max_sampling_rounds: int = 3
     """Most generation rounds per step under dynamic sampling (then train on what survived)."""
-    overlong_buffer: int = 10
-    """L_cache of the DAPO overlong penalty (used by the ``correct_overlong`` column)."""
-    overlong_factor: float = 1.0
-    """Scale of the overlong penalty."""
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)
+    """DAPO's overlong penalty of the ``overlong`` / ``correct_overlong`` columns (an OverlongConfig or a dict)."""
     fingerprint_layers: int | None = None
-    """MEDS fingerprint width (last decoder layers); None = no fingerprints."""
+    """MEDS fingerprint width (last decoder layers); None = no fingerprints. Set exactly when the shaper
+    declares it reads fingerprints (``Shaper.needs``); the presets do so from the declaration."""
     loss: str = "clip"
-    """"clip" (clipped surrogate) or "drpo" (DRPO objective; the shaper's advantages are then logged only)."""
+    """Registered loss (``train.objectives``): "clip" (clipped surrogate) or "drpo" (the DRPO objective; the
+    shaper's advantages are then logged only)."""
     eps_low: float = 0.2
     """Lower clip range (ratio floor 1 - eps_low)."""
     eps_high: float = 0.28
@@ -95,20 +172,10 @@ class TrainConfig:
     """k1, k2 (mse) or k3 (low_var_kl)."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus."""
-    entropy_advantage: bool = False
-    """Add min(alpha * H, |A| / kappa) to every token's advantage (Cheng et al.)."""
-    entropy_adv_alpha: float = 0.4
-    """alpha of the entropy advantage."""
-    entropy_adv_kappa: float = 2.0
-    """kappa of the entropy advantage."""
-    drpo_tau: float = 10.0
-    """DRPO soft-max temperature over wrong rollouts."""
-    drpo_lambda: float = 0.1
-    """DRPO length-weight temperature."""
-    drpo_beta: float = 1e3
-    """DRPO trust-region weight."""
-    drpo_delta: float = 1e-4
-    """DRPO trust-region KL threshold."""
+    entropy_advantage: EntropyAdvantageConfig = field(default_factory=EntropyAdvantageConfig)
+    """The entropy advantage of the clip loss (an EntropyAdvantageConfig or a dict; off by default)."""
+    drpo: DrpoConfig = field(default_factory=DrpoConfig)
+    """The DRPO objective's settings, read when ``loss="drpo"`` (a DrpoConfig or a dict)."""
     lr: float = 5e-5
     """AdamW learning rate (constant after a linear warm-up). Measured on the toy (60 steps, lead and grpo):
     1e-3 and 5e-4 collapse into truncated rollouts within 10 steps, 2e-4 compresses but loses 19-24 accuracy
@@ -145,11 +212,14 @@ class TrainConfig:
             )
         object.__setattr__(self, "reward_columns", tuple(self.reward_columns))
         object.__setattr__(self, "shaper_kwargs", dict(self.shaper_kwargs))
+        for name, klass in train_sections().items():
+            object.__setattr__(self, name, _section(name, klass, getattr(self, name)))
         for col in self.reward_columns:
             if col not in REWARD_COLUMNS:
                 raise ValueError(f"reward_columns has {col!r}; allowed: {REWARD_COLUMNS}")
-        if self.loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        self._check_shaper_needs()
+        if self.loss not in available_losses():
+            raise ValueError(f"loss must be one of {tuple(available_losses())}, got {self.loss!r}")
         if self.loss_agg not in AGG_MODES:
             raise ValueError(f"loss_agg must be one of {AGG_MODES}, got {self.loss_agg!r}")
         if self.kl_estimator not in ("k1", "k2", "k3", "kl", "mse", "low_var_kl"):
@@ -159,12 +229,14 @@ class TrainConfig:
         _positive("eps_high", self.eps_high, allow_zero=True)
         if self.dual_clip is not None and not self.dual_clip > 1:
             raise ValueError(f"dual_clip must be > 1 or None, got {self.dual_clip}")
-        for name in ("kl_coef", "entropy_coef", "weight_decay", "overlong_factor", "entropy_adv_alpha"):
+        for name in ("kl_coef", "entropy_coef", "weight_decay"):
             _positive(name, getattr(self, name), allow_zero=True)
-        for name in ("temperature", "lr", "grad_clip", "entropy_adv_kappa", "drpo_tau", "drpo_lambda"):
+        for name in ("temperature", "lr", "grad_clip"):
             _positive(name, getattr(self, name))
-        if not 0 < self.overlong_buffer <= self.max_new_tokens:
-            raise ValueError(f"overlong_buffer must be in (0, max_new_tokens], got {self.overlong_buffer}")
+        if self.overlong.buffer > self.max_new_tokens:
+            raise ValueError(
+                f"overlong.buffer must be in [1, max_new_tokens={self.max_new_tokens}], got {self.overlong.buffer}"
+            )
         if self.length_threshold < 1:
             raise ValueError(f"length_threshold must be >= 1, got {self.length_threshold}")
         if self.fingerprint_layers is not None and self.fingerprint_layers < 1:
@@ -173,6 +245,42 @@ class TrainConfig:
             raise ValueError(f"prompt_pool must be >= 1 or None, got {self.prompt_pool}")
         if self.lr_warmup_steps < 0 or self.checkpoint_every < 0:
             raise ValueError("lr_warmup_steps and checkpoint_every must be >= 0")
+
+    def _check_shaper_needs(self) -> None:
+        """The shaper's declaration (``Shaper.needs``) against what this config hands it."""
+        try:
+            needs = shaper_needs(self.shaper)
+        except ValueError as err:
+            raise ValueError(f"shaper={self.shaper!r}: {err}") from None
+        if needs.fingerprints != (self.fingerprint_layers is not None):
+            why = "reads fingerprints: set fingerprint_layers" if needs.fingerprints else "reads no fingerprints"
+            raise ValueError(f"fingerprint_layers={self.fingerprint_layers}: shaper {self.shaper!r} {why}")
+        if needs.reward_channels == "refused" and self.reward_columns:
+            raise ValueError(f"reward_columns={self.reward_columns}: shaper {self.shaper!r} takes no reward channels")
+        if needs.reward_channels == "required" and not self.reward_columns:
+            raise ValueError(f"reward_columns=(): shaper {self.shaper!r} needs at least one reward channel")
+
+
+@functools.cache
+def train_sections() -> Mapping[str, type]:
+    """TrainConfig's nested sections, field name -> section class (``drpo``, ``entropy_advantage``, ``overlong``)."""
+    hints = typing.get_type_hints(TrainConfig)
+    return types.MappingProxyType(
+        {f.name: hints[f.name] for f in dataclasses.fields(TrainConfig) if dataclasses.is_dataclass(hints[f.name])}
+    )
+
+
+def _section(name: str, klass: type, value: Any) -> Any:
+    """``value`` as the section ``klass``: an instance as it is, a mapping of its fields built into one."""
+    if isinstance(value, klass):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{name} must be a {klass.__name__} or a mapping of its fields, got {value!r}")
+    allowed = [f.name for f in dataclasses.fields(klass)]
+    unknown = sorted(set(value) - set(allowed))
+    if unknown:
+        raise TypeError(f"{name} has no key {unknown[0]!r}; its keys: {', '.join(allowed)}")
+    return klass(**value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,7 +308,7 @@ class EvalConfig:
     """Problems of the hardest difficulty in the pass@k subset."""
     passk_trap: int = 6
     """Trap prompts in the pass@k subset."""
-    fingerprint_layers: int | None = 4
+    fingerprint_layers: int | None = TRAINER_FINGERPRINT_LAYERS
     """Layers of the wrong answers' MEDS fingerprints (eigen ratio); None = none."""
     split: str = "test"
     """Which held-out split of the world is evaluated: ``test`` (final numbers) or ``validation`` (tuning only;
@@ -255,12 +363,42 @@ class RunConfig:
         kwargs: dict[str, Any] = {k: v for k, v in data.items() if k not in {*parts, "train", "eval"}}
         for key, klass in parts.items():
             kwargs[key] = klass(**data.get(key, {}))
-        train = dict(data.get("train", {}))
+        train = _nest_flat_keys(dict(data.get("train", {})))
         if "reward_columns" in train:
             train["reward_columns"] = tuple(train["reward_columns"])
         kwargs["train"] = TrainConfig(**train)
         kwargs["eval"] = EvalConfig(**data.get("eval", {}))
         return cls(**kwargs)
+
+
+# Flat train keys of older config.yaml files -> (section, field), so that ``RunConfig.from_dict`` still reads
+# the committed run folders (results/comparison/runs/**/config.yaml).
+FLAT_TRAIN_KEYS: Mapping[str, tuple[str, str]] = types.MappingProxyType(
+    {
+        "overlong_buffer": ("overlong", "buffer"),
+        "overlong_factor": ("overlong", "factor"),
+        "entropy_adv_alpha": ("entropy_advantage", "alpha"),
+        "entropy_adv_kappa": ("entropy_advantage", "kappa"),
+        "drpo_tau": ("drpo", "tau"),
+        "drpo_lambda": ("drpo", "lam"),
+        "drpo_beta": ("drpo", "beta"),
+        "drpo_delta": ("drpo", "delta"),
+    }
+)
+
+
+def _nest_flat_keys(train: dict[str, Any]) -> dict[str, Any]:
+    """``train`` with the flat keys of FLAT_TRAIN_KEYS (and the flag ``entropy_advantage: bool``) moved into
+    their sections; a value given both ways is refused."""
+    moved = [(k, *FLAT_TRAIN_KEYS[k], train.pop(k)) for k in list(train) if k in FLAT_TRAIN_KEYS]
+    if isinstance(train.get("entropy_advantage"), bool):
+        moved.append(("entropy_advantage", "entropy_advantage", "enabled", train.pop("entropy_advantage")))
+    for flat, section, name, value in moved:
+        nested = dict(train.get(section) or {})
+        if name in nested and nested[name] != value:
+            raise ValueError(f"train.{flat}={value!r} and train.{section}.{name}={nested[name]!r} disagree")
+        train[section] = {**nested, name: value}
+    return train
 
 
 # ------------------------------------------------------------------------------------------- overrides
@@ -327,28 +465,41 @@ def _coerce(name: str, hint: Any, value: Any) -> Any:
 def parse_overrides(items: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Sort ``section.key -> value`` overrides into ``{section: {key: value}}``, typed as the fields are.
 
-    A key without a section belongs to ``train`` (``steps``, ``lr``); ``shaper_kwargs.NAME`` (or
-    ``train.shaper_kwargs.NAME``) goes into ``train``'s ``shaper_kwargs`` dict, checked by the shaper itself.
+    A key without a section belongs to ``train`` (``steps``, ``lr``), and so do train's own sections, with or
+    without the ``train.`` prefix: ``drpo.tau=5`` (or ``train.drpo.tau=5``) gives ``{"train": {"drpo": {"tau":
+    5.0}}}``, merged into the preset's section by ``make_train_config``. ``shaper_kwargs.NAME`` (or
+    ``train.shaper_kwargs.NAME``) goes into train's ``shaper_kwargs`` dict, checked by the shaper itself.
 
     Raises:
         ValueError: an unknown section or key (the message lists the allowed ones), or a value of the wrong
             type (the message names the key).
     """
+    nested = train_sections()
     out: dict[str, dict[str, Any]] = {}
     for raw_key, value in items.items():
         key = raw_key.strip()
         section, _, name = key.partition(".")
-        if not name or section in ("shaper_kwargs",):
+        if not name or section in ("shaper_kwargs", *nested):
             section, name = "train", key
         if section not in SECTIONS:
             raise ValueError(f"--set {key}: unknown section {section!r}; sections: {', '.join(SECTIONS)}")
-        if name.startswith("shaper_kwargs.") and section == "train":
-            out.setdefault("train", {}).setdefault("shaper_kwargs", {})[name.split(".", 1)[1]] = value
+        head, _, leaf = name.partition(".")
+        if section == "train" and head == "shaper_kwargs" and leaf:
+            out.setdefault("train", {}).setdefault("shaper_kwargs", {})[leaf] = value
             continue
-        klass = SECTIONS[section]
+        path: tuple[str, ...] = (section,)
+        if section == "train" and head in nested and leaf:
+            path, name = ("train", head), leaf
+        klass = nested[head] if len(path) == 2 else SECTIONS[section]
         hints = typing.get_type_hints(klass)
         allowed = [f.name for f in dataclasses.fields(klass)]
         if name not in allowed:
-            raise ValueError(f"--set {key}: {section} has no key {name!r}; its keys: {', '.join(allowed)}")
-        out.setdefault(section, {})[name] = _coerce(f"--set {key}", hints[name], value)
+            raise ValueError(f"--set {key}: {'.'.join(path)} has no key {name!r}; its keys: {', '.join(allowed)}")
+        if dataclasses.is_dataclass(hints[name]):
+            keys = ", ".join(f.name for f in dataclasses.fields(hints[name]))
+            raise ValueError(f"--set {key}: {name} is a section; set its keys as {name}.KEY=VALUE ({keys})")
+        target: dict[str, Any] = out.setdefault(path[0], {})
+        for part in path[1:]:
+            target = target.setdefault(part, {})
+        target[name] = _coerce(f"--set {key}", hints[name], value)
     return out

@@ -2,7 +2,7 @@
 
     sample prompts -> G rollouts each (temperature 1.0, KV cache, batched) -> verifier
     -> optional dynamic sampling -> old log-probs forward (+ MEDS fingerprints from the same forward)
-    -> shaper -> advantages -> clipped policy loss (or DRPO) -> AdamW step(s) -> metrics
+    -> shaper -> advantages -> the preset's loss (objectives.py: clip, drpo) -> AdamW step(s) -> metrics
 
 Everything method-specific comes from ``TrainConfig`` (a preset): which reward columns, which shaper, which
 loss. No branch here names a method. ``run.py`` owns the run folder, checkpoints and evaluation.
@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from dynashape.train.config import TrainConfig
+from dynashape.train.objectives import LossInputs, get_loss
 from dynashape.train.prompts import encode_questions
 from dynashape.train.rollout import (
     Rollouts,
@@ -89,7 +90,7 @@ def reward_columns(
 def _overlong(lengths: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
     from dynashape.rewards.length import overlong_penalty
 
-    return overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong_buffer, cfg.overlong_factor).float()
+    return overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong.buffer, cfg.overlong.factor).float()
 
 
 # ------------------------------------------------------------------------------------------------- step
@@ -149,6 +150,7 @@ class Trainer:
         pool = problems if cfg.prompt_pool is None else problems[: cfg.prompt_pool]
         self.stream = PromptStream(pool, cfg.seed)
         self.shaper = get_shaper(cfg.shaper, **cfg.shaper_kwargs)
+        self.loss = get_loss(cfg.loss)
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99)
         )
@@ -283,9 +285,6 @@ class Trainer:
         ``fused``: the statistics of a forward over all of ``rollouts`` already run with gradients (the single
         on-policy update, see ``step``); the one mini-batch of the one epoch uses it instead of a new forward.
         """
-        from dynashape.drpo import drpo_loss
-        from dynashape.losses import entropy_advantage, policy_loss
-
         cfg = self.cfg
         lr = cfg.lr * min(1.0, (self.step_index + 1) / max(1, cfg.lr_warmup_steps))
         for group in self.optimizer.param_groups:
@@ -293,62 +292,33 @@ class Trainer:
         n_groups = int(group_ids.max()) + 1
         chunks = torch.arange(n_groups).chunk(min(cfg.mini_batches, n_groups))
         sums: dict[str, float] = {}
-        need_entropy = cfg.entropy_coef > 0 or cfg.entropy_advantage
+        need_entropy = cfg.entropy_coef > 0 or cfg.entropy_advantage.enabled
         self.model.train()
         for _ in range(cfg.ppo_epochs):
             for chunk in chunks:
                 rows = torch.isin(group_ids, chunk).nonzero().squeeze(1)
                 mb = rollouts.select(rows.to(rollouts.lengths.device))
                 t = mb.response_ids.shape[1]
-                old, mask = old_logprobs[rows, :t], mb.response_mask
+                mask = mb.response_mask
                 if fused is not None:
                     stats = fused
                 else:
                     stats = sequence_logprobs(self.model, mb, with_entropy=need_entropy, temperature=cfg.temperature)
-                if cfg.loss == "drpo":
-                    out = drpo_loss(
-                        stats.logprobs,
-                        old,
-                        mask,
+                loss, diagnostics = self.loss(
+                    LossInputs(
+                        logprobs=stats.logprobs,
+                        old_logprobs=old_logprobs[rows, :t],
+                        response_mask=mask,
+                        advantages=advantages[rows].to(mask.device),
                         group_ids=group_ids[rows].to(mask.device),
                         correct=correct[rows].to(mask.device),
-                        max_length=cfg.max_new_tokens,
                         lengths=mb.lengths,
-                        tau=cfg.drpo_tau,
-                        lam=cfg.drpo_lambda,
-                        beta=cfg.drpo_beta,
-                        delta=cfg.drpo_delta,
-                    )
-                    loss, diag = out.loss, {"loss": out.loss, "kl": out.kl, "drpo/objective": out.objective}
-                else:
-                    adv: torch.Tensor = advantages[rows].to(mask.device)
-                    if cfg.entropy_advantage:
-                        adv = entropy_advantage(
-                            adv, stats.entropy, alpha=cfg.entropy_adv_alpha, kappa=cfg.entropy_adv_kappa
-                        ).advantages
-                    out = policy_loss(
-                        stats.logprobs,
-                        old,
-                        adv,
-                        mask,
-                        eps_low=cfg.eps_low,
-                        eps_high=cfg.eps_high,
-                        dual_clip=cfg.dual_clip,
-                        agg=cfg.loss_agg,  # type: ignore[arg-type]
-                        ref_log_prob=None if ref_logprobs is None else ref_logprobs[rows, :t],
-                        kl_coef=cfg.kl_coef,
-                        kl_estimator=cfg.kl_estimator,
-                        entropy=stats.entropy if cfg.entropy_coef > 0 else None,
-                        entropy_coef=cfg.entropy_coef,
-                    )
-                    loss = out.loss
-                    diag = {
-                        "loss": out.loss,
-                        "pg_loss": out.pg_loss,
-                        "kl": out.kl,
-                        "clip_frac": out.surrogate.clip_frac,
-                        "approx_kl": out.surrogate.approx_kl,
-                    }
+                        ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows, :t],
+                        entropy=stats.entropy,
+                    ),
+                    cfg,
+                )
+                diag = dict(diagnostics)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)

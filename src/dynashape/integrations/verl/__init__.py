@@ -14,7 +14,8 @@ Check every node image once (imports the plugin as verl does, lists the estimato
     python -m dynashape.integrations.verl --check
 
 Importing this module:
-  * registers the estimators ``lead``, ``lead_meds``, ``meds``, ``shorterbetter``, ``grpo_length`` with
+  * registers every dynashape shaper as a verl estimator of the same name (``lead``, ``lead_meds``, ``meds``,
+    ``shorterbetter``, ``grpo_length``, the length rewards ...; not ``grpo`` and ``gdpo``, which verl has) with
     ``verl.trainer.ppo.core_algos.register_adv_est`` (see :mod:`dynashape.integrations.verl.estimators`);
   * arranges, per process and only when that process imports them, that the v1 trainer ``dynashape`` is
     registered (:mod:`dynashape.integrations.verl.trainer`), that the FSDP actor's ``forward_step`` can return
@@ -40,9 +41,16 @@ import os
 import sys
 from typing import Any
 
-from dynashape.integrations.verl.estimators import ESTIMATOR_NAMES, make_estimator
+from dynashape.integrations.verl.estimators import estimator_names, make_estimator
 
 __all__ = ["ESTIMATOR_NAMES", "compute_score", "register"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ESTIMATOR_NAMES":  # read from the shaper registry each time (estimators.estimator_names)
+        return estimator_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 logger = logging.getLogger(__name__)
 
@@ -66,19 +74,15 @@ def register() -> list[str]:
     """Register our estimators with verl (idempotent) and arm the lazy trainer/FSDP hooks.
 
     Returns:
-        The estimator names registered. Shapers that this dynashape build lacks are skipped with a warning.
+        The estimator names registered: every registered shaper but verl's own names
+        (``estimators.estimator_names``); call it again after registering a shaper of your own.
     """
     from verl.trainer.ppo import core_algos
 
     from dynashape.integrations._post_import import when_imported
-    from dynashape.shapers import available_shapers
 
     registered = []
-    available = set(available_shapers())
-    for name in ESTIMATOR_NAMES:
-        if name not in available:
-            logger.warning("dynashape: shaper '%s' is not available; verl estimator '%s' not registered", name, name)
-            continue
+    for name in estimator_names():
         existing = core_algos.ADV_ESTIMATOR_REGISTRY.get(name)
         if existing is not None and getattr(existing, "__module__", "") == make_estimator.__module__:
             registered.append(name)  # registered by an earlier import of this module (e.g. a reload)

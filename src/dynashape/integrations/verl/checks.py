@@ -14,7 +14,8 @@ What is checked when ``algorithm.adv_estimator`` is one of ours:
   those need the reward function's ``acc`` (dynashape's ``compute_score``, or ``+algorithm.<name>.verdict=acc``
   for a function of yours that returns it), which reaches the estimator through the ``dynashape`` trainer mode
   or verl's legacy trainer only.
-* MEDS (``meds``, ``lead_meds``) fingerprints are taken inside verl's FSDP actor during the old-log-prob forward.
+* Fingerprints, for every shaper that declares it reads them (``Shaper.needs``: ``meds``, ``lead_meds``), are
+  taken inside verl's FSDP actor during the old-log-prob forward.
   They need: the ``dynashape`` trainer mode on verl's v1 trainer; ``actor_rollout_ref.actor.strategy`` ``fsdp``
   or ``fsdp2`` (not megatron, veomni, torchtitan, automodel, fsdp_turbo); no Ulysses sequence parallelism;
   ``actor_rollout_ref.model.use_remove_padding=true``; ``use_fused_kernels=false`` (the fused head skips the
@@ -28,8 +29,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from dynashape.integrations.verl.estimators import ESTIMATOR_NAMES, MEDS_ESTIMATORS
+from dynashape.integrations.verl.estimators import estimator_names, trainer_extras
 from dynashape.integrations.verl.settings import parse_settings
+from dynashape.shapers import shaper_needs
 
 __all__ = ["MEDS_STRATEGIES", "VerlConfigError", "check_config", "config_problems"]
 
@@ -80,7 +82,7 @@ def config_problems(config: Any) -> list[str]:
         [] when ``algorithm.adv_estimator`` is not ours or nothing is wrong.
     """
     name = str(_get(config, "algorithm.adv_estimator", ""))
-    if name not in ESTIMATOR_NAMES:
+    if name not in estimator_names():
         return []
     problems: list[str] = []
     settings = None
@@ -129,14 +131,16 @@ def config_problems(config: Any) -> list[str]:
                 f"returns {{'score': ..., 'acc': ...}}, say so with +algorithm.{name}.verdict=acc"
             )
 
-    # --- MEDS: the fingerprints ----------------------------------------------------------------------------
-    if name in MEDS_ESTIMATORS:
-        if not dynashape_mode:
-            problems.append(
-                f"trainer.use_v1={str(use_v1).lower()} trainer.v1.trainer_mode={trainer_mode}: '{name}' needs prompt "
-                "keys and fingerprints, which only the dynashape trainer mode provides; set trainer.use_v1=true "
-                "trainer.v1.trainer_mode=dynashape"
-            )
+    # --- what only the dynashape trainer mode provides (the shaper's declaration, Shaper.needs) --------------
+    extras = trainer_extras(name)
+    if extras and not dynashape_mode:
+        problems.append(
+            f"trainer.use_v1={str(use_v1).lower()} trainer.v1.trainer_mode={trainer_mode}: '{name}' needs {extras}, "
+            "which only the dynashape trainer mode provides; set trainer.use_v1=true trainer.v1.trainer_mode=dynashape"
+        )
+
+    # --- the fingerprints (MEDS) -----------------------------------------------------------------------------
+    if shaper_needs(name).fingerprints:
         strategy = str(_get(config, "actor_rollout_ref.actor.strategy", "fsdp"))
         if strategy not in MEDS_STRATEGIES:
             problems.append(

@@ -114,12 +114,11 @@ def run_check(out: TextIO | None = None) -> int:
     core_algos = _import(out, "verl.trainer.ppo.core_algos", "verl's advantage-estimator registry")
     if core_algos is None:
         return 1
-    from dynashape.integrations.verl.estimators import ESTIMATOR_NAMES
-    from dynashape.shapers import available_shapers
+    from dynashape.integrations.verl.estimators import estimator_names
 
     registry = dict(core_algos.ADV_ESTIMATOR_REGISTRY)
     mine = sorted(n for n, fn in registry.items() if getattr(fn, "__module__", "") == _ESTIMATOR_MODULE)
-    expected = sorted(n for n in ESTIMATOR_NAMES if n in set(available_shapers()))
+    expected = sorted(estimator_names())
     listing = ", ".join(f"{n}*" if n in mine else n for n in sorted(registry))
     print(f"ok   registered advantage estimators (* = dynashape): {listing}", file=out)
     missing = sorted(set(expected) - set(mine))

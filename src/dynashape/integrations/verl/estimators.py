@@ -43,15 +43,16 @@ import torch
 from dynashape.batch import RolloutBatch, group_ids_from_uids
 from dynashape.integrations.verl.settings import ADAPTER_KEYS, EstimatorSettings, parse_settings
 from dynashape.integrations.verl.state import save_state_atomic
-from dynashape.shapers import Shaped, config_class
+from dynashape.shapers import Shaped, available_shapers, config_class, shaper_needs
 
 __all__ = [
     "ADAPTER_KEYS",
-    "ESTIMATOR_NAMES",
+    "VERL_OWN_ESTIMATORS",
     "EstimatorExtras",
     "EstimatorSettings",
     "broadcast_advantages",
     "correct_from_acc",
+    "estimator_names",
     "group_ids_from_index",
     "last_metrics",
     "make_estimator",
@@ -62,14 +63,36 @@ __all__ = [
     "rollout_batch_from_verl",
     "save_state_atomic",
     "session_for",
+    "trainer_extras",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: The estimators this plugin registers with verl (each is the dynashape shaper of the same name).
-ESTIMATOR_NAMES: tuple[str, ...] = ("lead", "lead_meds", "meds", "shorterbetter", "grpo_length")
-#: Shapers that need stable prompt keys and fingerprints (only the trainer subclass can provide them).
-MEDS_ESTIMATORS: frozenset[str] = frozenset({"meds", "lead_meds"})
+#: verl's own estimators that share a name with one of our shapers: verl hard-wires ``grpo`` in
+#: ``compute_advantage`` and registers ``gdpo`` itself, so the plugin leaves those names to verl.
+VERL_OWN_ESTIMATORS: frozenset[str] = frozenset({"grpo", "gdpo"})
+
+
+def estimator_names() -> tuple[str, ...]:
+    """The estimators this plugin registers with verl: every registered shaper (each under its own name) but
+    VERL_OWN_ESTIMATORS. Read from the shaper registry on every call, so a shaper registered after the plugin
+    loaded counts too (``register()`` again to add it to verl). ``ESTIMATOR_NAMES`` reads the same."""
+    return tuple(name for name in available_shapers() if name not in VERL_OWN_ESTIMATORS)
+
+
+def trainer_extras(name: str) -> str:
+    """What estimator ``name`` reads that only the dynashape trainer mode hands over, in words ('' for nothing):
+    the stable prompt keys and fingerprints its shaper declares (``Shaper.needs``)."""
+    needs = shaper_needs(name)
+    wanted = (("stable prompt keys", needs.prompt_keys), ("fingerprints", needs.fingerprints))
+    return " and ".join(what for what, needed in wanted if needed)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ESTIMATOR_NAMES":  # estimator_names() as a module attribute, read from the registry each time
+        return estimator_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # ---------------------------------------------------------------------------------------------------------
 # Conversion (pure)
@@ -303,9 +326,9 @@ def estimate(
     extras = _PENDING_EXTRAS[-1] if _PENDING_EXTRAS else EstimatorExtras()
     bs = token_level_rewards.shape[0]
     _check_extras(extras, bs)
-    if name in MEDS_ESTIMATORS and extras.prompt_keys is None:
+    if trainer_extras(name) and extras.prompt_keys is None:
         raise ValueError(
-            f"the '{name}' advantage estimator needs stable prompt keys and fingerprints, which verl only passes "
+            f"the '{name}' advantage estimator needs {trainer_extras(name)}, which verl only passes "
             "through the dynashape trainer: set trainer.use_v1=true trainer.v1.trainer_mode=dynashape"
         )
     if len(index) != bs:

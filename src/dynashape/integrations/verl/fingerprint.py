@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from dynashape.meds.capture import FingerprintCapture
+from dynashape.meds.capture import OFFICIAL_FINGERPRINT_LAYERS, FingerprintCapture
 from dynashape.meds.positions import answer_positions, answer_targets, packed_token_index
 
 __all__ = [
@@ -94,7 +94,7 @@ def capture_for_micro_batch(module: torch.nn.Module, micro_batch: Any, options: 
         index.positions,
         targets,
         rows=index.rows,
-        layers=int(options.get("layers", 14)),
+        layers=int(options.get("layers", OFFICIAL_FINGERPRINT_LAYERS)),
         diff=bool(options.get("diff", False)),
         norm=options.get("norm", "raw"),
     )

@@ -29,9 +29,9 @@ from typing import Any
 
 from dynashape.integrations.verl.checks import check_config
 from dynashape.integrations.verl.estimators import (
-    ESTIMATOR_NAMES,
     EstimatorExtras,
     correct_from_acc,
+    estimator_names,
     pending_extras,
     provide_extras,
     session_for,
@@ -51,7 +51,7 @@ def _our_estimator(config: Any) -> str | None:
         name = str(config.algorithm.adv_estimator)
     except AttributeError:
         return None
-    return name if name in ESTIMATOR_NAMES else None
+    return name if name in estimator_names() else None
 
 
 def save_shaper_state(trainer: Any) -> str | None:
@@ -141,7 +141,7 @@ def patch_compute_advantage(module: Any) -> None:
     def compute_advantage(data: Any, *args: Any, **kwargs: Any) -> Any:
         estimator = kwargs.get("adv_estimator", args[0] if args else None)
         non_tensor = getattr(data, "non_tensor_batch", None) or {}
-        if str(estimator) in ESTIMATOR_NAMES and not pending_extras() and "acc" in non_tensor:
+        if str(estimator) in estimator_names() and not pending_extras() and "acc" in non_tensor:
             correct = correct_from_acc(non_tensor["acc"])
             if correct is not None:
                 with provide_extras(EstimatorExtras(correct=correct)):

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from dynashape.shapers import Shaper, config_class, get_shaper
+from dynashape.meds.capture import OFFICIAL_FINGERPRINT_LAYERS
+from dynashape.shapers import Shaper, config_class, get_shaper, shaper_needs
 
 __all__ = ["ADAPTER_KEYS", "VERDICTS", "EstimatorSettings", "parse_settings"]
 
@@ -54,8 +55,9 @@ class EstimatorSettings:
             change the summed reward.
         residual_reward: Pass ``score - correct`` (what verl's score adds to the 0/1 verdict, e.g. DAPO's
             overlong penalty or its -1 for wrong answers) to the shaper as one extra ``rewards`` channel, so that
-            MEDS's base reward equals verl's score. Only for shapers that take reward channels.
-        fingerprint_layers: MEDS fingerprint width: the last this many layer logits (official 14).
+            MEDS's base reward equals verl's score. Only for shapers that take reward channels (``Shaper.needs``).
+        fingerprint_layers: MEDS fingerprint width: the last this many layer logits (default: the official
+            ``OFFICIAL_FINGERPRINT_LAYERS``, 14).
         fingerprint_diff: Consecutive layer differences first (the paper's "diff" ablation).
         fingerprint_norm: "raw" (official) or "final" (final norm on every layer).
     """
@@ -66,7 +68,7 @@ class EstimatorSettings:
     verdict: str = "auto"
     correct_threshold: float = 0.5
     residual_reward: bool = False
-    fingerprint_layers: int = 14
+    fingerprint_layers: int = OFFICIAL_FINGERPRINT_LAYERS
     fingerprint_diff: bool = False
     fingerprint_norm: str = "raw"
 
@@ -126,7 +128,11 @@ def parse_settings(name: str, config: Any) -> EstimatorSettings:
     residual = section.pop("residual_reward", False)
     if not isinstance(residual, bool):
         raise ValueError(f"algorithm.{name}.residual_reward: must be true or false, got {residual!r}")
-    layers = section.pop("fingerprint_layers", 14)
+    if residual and shaper_needs(name).reward_channels == "refused":
+        raise ValueError(
+            f"algorithm.{name}.residual_reward=true: the '{name}' shaper takes no reward channels; leave it false"
+        )
+    layers = section.pop("fingerprint_layers", OFFICIAL_FINGERPRINT_LAYERS)
     if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
         raise ValueError(f"algorithm.{name}.fingerprint_layers: must be a positive int, got {layers!r}")
     diff = section.pop("fingerprint_diff", False)

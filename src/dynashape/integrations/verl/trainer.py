@@ -9,8 +9,9 @@ Select it with ``trainer.use_v1=true trainer.v1.trainer_mode=dynashape``. It beh
   kernels and rollout-correction bypass mode), one error listing every change, before any GPU work;
 * hands the estimator per-sample extras read from verl's TransferQueue: the verifier's verdict
   (``reward_extra_info["acc"]``), a stable prompt key (MD5 of the whitespace-normalised prompt text, as MEDS),
-  the ``is_padding`` tags of verl's synthetic padding rows (kept away from the shaper), and, for
-  ``meds``/``lead_meds``, the fingerprints computed by the patched FSDP forward during the old-log-prob pass
+  the ``is_padding`` tags of verl's synthetic padding rows (kept away from the shaper), and, for a shaper that
+  declares it reads them (``meds``, ``lead_meds``), the fingerprints computed by the patched FSDP forward during the
+  old-log-prob pass
   (:mod:`dynashape.integrations.verl.fingerprint`);
 * logs the shaper's metrics (``lead/lambda_c``, ``meds/penalty_mean``, ...) with verl's step metrics.
 
@@ -36,10 +37,9 @@ import torch
 from dynashape.integrations._prompts import prompt_key_of, prompt_text
 from dynashape.integrations.verl.checks import check_config
 from dynashape.integrations.verl.estimators import (
-    ESTIMATOR_NAMES,
-    MEDS_ESTIMATORS,
     EstimatorExtras,
     correct_from_acc,
+    estimator_names,
     last_metrics,
     provide_extras,
     session_for,
@@ -51,6 +51,7 @@ from dynashape.integrations.verl.fingerprint import (
     FLAG_KEY,
     answer_fields,
 )
+from dynashape.shapers import shaper_needs
 
 __all__ = ["extras_from_fields", "padding_from_tags", "prompt_text", "register_trainer"]
 
@@ -119,12 +120,13 @@ def _trainer_class() -> type:
             super().__init__(config)
             self.dynashape_estimator = str(config.algorithm.adv_estimator)
             self.dynashape_session = None
-            if self.dynashape_estimator in ESTIMATOR_NAMES:
+            if self.dynashape_estimator in estimator_names():
                 self.dynashape_session = session_for(self.dynashape_estimator, config.algorithm)
 
         @property
         def _dynashape_meds(self) -> bool:
-            return self.dynashape_session is not None and self.dynashape_estimator in MEDS_ESTIMATORS
+            """Whether the shaper reads fingerprints (its declaration), taken in the old-log-prob forward."""
+            return self.dynashape_session is not None and shaper_needs(self.dynashape_estimator).fingerprints
 
         def _compute_old_log_prob(self, batch: Any, metrics: dict) -> Any:
             if not self._dynashape_meds:
