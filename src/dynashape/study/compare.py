@@ -1,4 +1,4 @@
-"""The pre-registered comparison (issue 15): which runs, with which seeds, tuned how; the runner does the rest.
+"""The pre-registered comparison: which runs, with which seeds, tuned how; the runner does the rest.
 
     out/comparison.json                       the command, plan, seeds, machine, wall time (all invocations)
     out/runs/<regime>/<method>-seed<s>/        test-split runs (``train``'s run folders)
@@ -69,7 +69,7 @@ LEAD_FAMILY = (
 )  # fmt: skip
 MEDS_FAMILY = ("dapo", "meds", "meds_single_cluster", "lead_meds")
 COMPARISON_PLAN: Mapping[str, ComparisonPlan] = {
-    # issue 15: the LEAD family (with issue 10's length shapers) and the MEDS family in the tight regime (the
+    # The LEAD family (with the length shapers engines ship) and the MEDS family in the tight regime (the
     # papers' setting); the loose regime limited to grpo, lead, lead_static, shorterbetter and the best
     # global-threshold baseline, to keep the compute to a few days on 2 cores.
     "full": ComparisonPlan(

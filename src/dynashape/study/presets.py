@@ -42,7 +42,6 @@ __all__ = [
     "PRESETS",
     "REGIMES",
     "TUNING_GRIDS",
-    "available_presets",
     "make_train_config",
     "preset_values",
     "regime_budget",
@@ -112,7 +111,7 @@ def _table(budget: int) -> dict[str, dict[str, Any]]:
             "shaper": "lead_meds",
             "shaper_kwargs": {"b_max": budget, "l_min": l_min, "meds": {"alpha": 0.1, "beta": 0.2}},
         },
-        # the length rewards engines ship (issue 10); defaults are the sources', scaled as the docstring says
+        # the length rewards engines ship; defaults are the sources', scaled as the docstring says
         "cosine": {"shaper": "cosine", "shaper_kwargs": {"max_len": budget}},
         "kimi_length": {"shaper": "kimi_length", "shaper_kwargs": {"weight": 1.0}},
         "pass_rate_linear": {"shaper": "pass_rate_linear", "shaper_kwargs": {"coef": 0.25, "budget": budget}},
@@ -166,16 +165,9 @@ def tuning_grids(budget: int) -> dict[str, dict[str, tuple[float, ...]]]:
 
 
 BUDGET = regime_budget("tight")
-L_MIN = BUDGET // 4
-THRESHOLD = BUDGET // 2
-OVERLONG_BUFFER = BUDGET // 6
 # The presets at the tight regime's budget (the default); other regimes: preset_values(method, budget).
 PRESETS: MappingProxyType[str, dict[str, Any]] = MappingProxyType({m: preset_values(m, BUDGET) for m in _table(BUDGET)})
 TUNING_GRIDS: MappingProxyType[str, dict[str, tuple[float, ...]]] = MappingProxyType(tuning_grids(BUDGET))
-
-
-def available_presets() -> list[str]:
-    return list(PRESETS)
 
 
 def make_train_config(method: str, *, regime: str = "tight", **overrides: Any) -> TrainConfig:

@@ -24,7 +24,7 @@ import multiprocessing
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,6 @@ class Outcome:
     eval: dict[str, Any] | None = None
     seconds: float = 0.0
     error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def default_jobs() -> int:
@@ -263,4 +262,4 @@ def _outcome(job: Job, out: dict[str, Any]) -> Outcome:
     status = "resumed" if out["resumed_from"] is not None else "trained"
     if out["eval"] is None:
         return Outcome(job, "failed", seconds=out["seconds"], error="the run stopped before its evaluation")
-    return Outcome(job, status, out["eval"], out["seconds"], extra={"resumed_from": out["resumed_from"]})
+    return Outcome(job, status, out["eval"], out["seconds"])

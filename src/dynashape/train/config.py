@@ -131,9 +131,7 @@ class TrainConfig:
     length_threshold: int = 32
     """T of the ``correct_short`` column (tokens)."""
     steps: int = 50
-    """RL steps. 50 (100 before chain-v3): the main job (warm-up about 430 s, RL steps of about 2.4 s, two
-    evaluations) must finish within 10 minutes on 2 cores from an empty cache, and the world needs the longer
-    warm-up (``WarmupConfig.steps``); with 60 steps it took 619 s."""
+    """RL steps (the main job, ``dynashape train``, runs in minutes on 2 cores)."""
     prompt_pool: int | None = 100
     """RL prompts come from the first this-many training problems (None: all). MEDS remembers errors per
     prompt, so prompts must recur: 50 steps x 16 prompts visit each of 100 prompts 8 times (more under
@@ -177,9 +175,8 @@ class TrainConfig:
     drpo: DrpoConfig = field(default_factory=DrpoConfig)
     """The DRPO objective's settings, read when ``loss="drpo"`` (a DrpoConfig or a dict)."""
     lr: float = 5e-5
-    """AdamW learning rate (constant after a linear warm-up). Measured on the toy (60 steps, lead and grpo):
-    1e-3 and 5e-4 collapse into truncated rollouts within 10 steps, 2e-4 compresses but loses 19-24 accuracy
-    points, 5e-5 compresses and gains accuracy."""
+    """AdamW learning rate (constant after a linear warm-up); larger rates collapse the toy policy into
+    truncated rollouts (docs/training.md has the sweep)."""
     lr_warmup_steps: int = 3
     """Linear learning-rate warm-up steps."""
     weight_decay: float = 0.0

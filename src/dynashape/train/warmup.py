@@ -58,7 +58,7 @@ class WarmupConfig:
     """Supervised warm-up on teacher traces that produces the base model."""
 
     steps: int = 4800
-    """Optimiser steps (0 keeps the random initialisation); docs/world.md has the sweep that chose 4800 x 8."""
+    """Optimiser steps (0 keeps the random initialisation); docs/world-history.md has the sweep that chose them."""
     batch_size: int = 8
     """Traces per step."""
     lr: float = 1e-3
