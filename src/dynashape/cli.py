@@ -31,31 +31,19 @@ from typing import Any
 __all__ = ["build_parser", "main"]
 
 
-def _parse_value(text: str) -> Any:
-    import yaml
-
-    value = yaml.safe_load(text)
-    if isinstance(value, str):  # YAML 1.1 reads "5e-4" as a string; a number is meant
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
 def _overrides(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     """``--set section.key=value`` pairs (YAML values) sorted by config section (``config.parse_overrides``):
     ``eval.n_samples=2``, ``task.max_ops=6``, ``prompt.chat_template=false``; a bare key is train's
     (``lr=5e-4``), and so is a key of train's sections (``drpo.tau=5``); ``shaper_kwargs.x=v`` goes into the
     shaper's kwargs."""
-    from dynashape.train.config import parse_overrides
+    from dynashape.train.config import SetText, parse_overrides
 
     pairs: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"--set expects key=value, got {item!r}")
         key, value = item.split("=", 1)
-        pairs[key.strip()] = _parse_value(value)
+        pairs[key.strip()] = SetText(value)  # typed by the field it goes to, never by YAML
     return parse_overrides(pairs)
 
 
@@ -115,7 +103,10 @@ def _add_common(p: argparse.ArgumentParser, *, progress: bool = True) -> None:
         help="override a config field: lr=5e-4 (train), eval.n_samples=2, eval.max_problems=50, "
         "eval.max_new_tokens=512, eval.batch_size=16, task.*, warmup.*, model.*, prompt.chat_template=false, "
         "prompt.suffix=..., shaper_kwargs.*; train's sections as SECTION.KEY, merged into the preset's: "
-        "drpo.tau=5, entropy_advantage.enabled=true, overlong.buffer=8 (a train. prefix is optional)",
+        "drpo.tau=5, entropy_advantage.enabled=true, overlong.buffer=8 (a train. prefix is optional). Values "
+        "are typed by their field, never by YAML: a string field takes the text as written (prompt.suffix=0x10 "
+        "is '0x10'); text in matching quotes is always that string; null/none set an optional field to None; "
+        "shaper_kwargs.* take a JSON value (0.5, true, [0.5, 0.5]) or else the text",
     )
     if progress:  # compare's runs write one line each instead of bars
         p.add_argument("--no-progress", action="store_true", help="no progress bars")

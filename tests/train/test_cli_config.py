@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 from importlib import metadata
 
 import pytest
@@ -57,9 +58,10 @@ def test_set_reaches_every_section():
         ("evals.n_samples=2", r"unknown section 'evals'; sections: train, eval, task, warmup, model, prompt"),
         ("learning_rate=1", r"train has no key 'learning_rate'; its keys: method, regime, shaper,"),
         ("eval.n_samples=two", r"--set eval.n_samples must be int, got 'two'"),
-        ("eval.n_samples=2.5", r"--set eval.n_samples must be int, got 2.5"),
-        ("eval.n_samples=true", r"--set eval.n_samples must be int, got True"),
-        ("prompt.chat_template=1", r"--set prompt.chat_template must be bool, got 1"),
+        ("eval.n_samples=2.5", r"--set eval.n_samples must be int, got '2.5'"),
+        ("eval.n_samples=true", r"--set eval.n_samples must be int, got 'true'"),
+        ("prompt.chat_template=1", r"--set prompt.chat_template must be bool, got '1'"),
+        ('eval.n_samples="2"', r"--set eval.n_samples must be int, got the quoted text '\"2\"'"),
         ("eval.max_problems=0", r"--set eval\.\*: max_problems must be >= 1 or None, got 0"),
         ("task.max_ops=13", r"--set task\.\*: max_ops must be <= 12, got 13"),
         ("eval.max_problems", r"--set expects key=value"),
@@ -74,6 +76,35 @@ def test_bad_set_on_the_command_line_exits_2_with_the_key(capsys):
     assert main(["train", "--set", "eval.n_sample=2"]) == 2
     err = capsys.readouterr().err
     assert "eval has no key 'n_sample'" in err and "n_samples" in err
+
+
+@pytest.mark.parametrize(
+    ("item", "section", "key", "value"),
+    [
+        ("prompt.suffix=0x10", "prompt", "suffix", "0x10"),  # YAML 1.1 made it 16, then "16"
+        ("prompt.suffix=12:30", "prompt", "suffix", "12:30"),  # YAML 1.1 made it 750 (sexagesimal)
+        ("prompt.suffix= step by step", "prompt", "suffix", " step by step"),  # spaces kept as written
+        ('prompt.suffix="null"', "prompt", "suffix", "null"),  # quoted: always the string
+        ("eval.max_problems=null", "eval", "max_problems", None),
+        ("lr=5e-4", "train", "lr", 5e-4),
+        ("eval.n_samples=8", "eval", "n_samples", 8),
+        ("prompt.chat_template=false", "prompt", "chat_template", False),
+        ("reward_columns=correct, overlong", "train", "reward_columns", ("correct", "overlong")),
+    ],
+)
+def test_set_values_are_typed_by_their_field_and_strings_kept_as_written(item, section, key, value):
+    from dynashape.cli import _overrides
+
+    assert _overrides([item])[section][key] == value
+
+
+def test_set_shaper_kwargs_take_json_values_or_the_text():
+    from dynashape.cli import _overrides
+
+    kw = _overrides(["shaper_kwargs.weights=[0.5, 0.5]", "shaper_kwargs.mode=conditioned", "shaper_kwargs.a=0x10",
+                     "shaper_kwargs.b=true", "shaper_kwargs.c='3'"])["train"]["shaper_kwargs"]  # fmt: skip
+    assert kw == {"weights": [0.5, 0.5], "mode": "conditioned", "a": "0x10", "b": True, "c": "3"}
+    assert math.isnan(_overrides(["shaper_kwargs.beta=nan"])["train"]["shaper_kwargs"]["beta"])  # refused later
 
 
 def test_parse_overrides_nulls_and_lists():

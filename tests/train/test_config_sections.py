@@ -88,7 +88,7 @@ def test_set_reaches_train_sections_with_or_without_the_train_prefix():
         ("train.overlong.size=1", r"train\.overlong has no key 'size'; its keys: buffer, factor"),
         ("entropy_advantage=true", r"entropy_advantage is a section; set its keys as entropy_advantage\.KEY=VALUE"),
         ("drpo.tau=hot", r"--set drpo\.tau must be float, got 'hot'"),
-        ("overlong.buffer=2.5", r"--set overlong\.buffer must be int, got 2\.5"),
+        ("overlong.buffer=2.5", r"--set overlong\.buffer must be int, got '2\.5'"),
         ("drpo_tau=5", r"train has no key 'drpo_tau'; its keys: .*overlong.*drpo"),
     ],
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import types
 import typing
@@ -35,6 +36,7 @@ __all__ = [
     "EvalConfig",
     "OverlongConfig",
     "RunConfig",
+    "SetText",
     "TrainConfig",
     "parse_overrides",
     "train_sections",
@@ -412,9 +414,83 @@ SECTIONS: Mapping[str, type] = types.MappingProxyType(
 """The sections of a RunConfig that ``--set section.key=value`` reaches (a key without a section is train's)."""
 
 
+class SetText(str):
+    """A ``--set`` value exactly as it was written on the command line; ``_coerce`` reads it as its field's type.
+
+    The quoting rule (``--help`` says it): text in matching quotes, ``"..."`` or ``'...'``, is that text, always
+    a string; otherwise a string field takes the text as written (``prompt.suffix=0x10`` is ``"0x10"``), a
+    number field parses it (``lr=5e-4``), a bool field takes true/false/yes/no/on/off, an optional field
+    takes null/none for None, a tuple field a comma-separated list, and a field of any type (``shaper_kwargs.*``)
+    a JSON value (``0.5``, ``true``, ``[0.5, 0.5]``, ``{"alpha": 0.1}``), a float (``nan``), else the text.
+    """
+
+
+_TRUE, _FALSE, _NONE = ("true", "yes", "on"), ("false", "no", "off"), ("null", "none", "~")
+
+
+def _quoted(text: str) -> str | None:
+    return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'" else None
+
+
+def _from_text(name: str, hint: Any, text: SetText) -> Any:
+    """A command-line value as field type ``hint`` (see ``SetText``), or a ValueError naming ``name``."""
+    quoted = _quoted(text.strip())
+    raw = text.strip()
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [o for o in typing.get_args(hint) if o is not type(None)]
+        if quoted is None and raw.lower() in _NONE and len(options) < len(typing.get_args(hint)):
+            return None
+        errors = []
+        for option in options:
+            try:
+                return _from_text(name, option, text)
+            except ValueError as err:
+                errors.append(str(err))
+        raise ValueError(errors[0] if len(errors) == 1 else f"{name}: {raw!r} fits none of {hint}")
+    if hint is str:
+        return quoted if quoted is not None else str.__str__(text)
+    if quoted is not None and hint is not Any:
+        raise ValueError(f"{name} must be {getattr(hint, '__name__', hint)}, got the quoted text {raw!r}")
+    try:
+        if hint is bool:
+            if raw.lower() in _TRUE or raw.lower() in _FALSE:
+                return raw.lower() in _TRUE
+        elif hint is int:
+            number = float(raw) if any(c in raw for c in ".eE") else int(raw, 10)
+            if isinstance(number, int) or number.is_integer():
+                return int(number)
+        elif hint is float:
+            return float(raw)
+        elif origin is tuple or hint is tuple:
+            return tuple(v.strip() for v in raw.split(",") if v.strip())
+        elif hint is Any or origin is dict or hint is dict:
+            if quoted is not None:
+                return quoted
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError:
+                try:
+                    return float(raw)  # nan, inf
+                except ValueError:
+                    return str.__str__(text)
+            if (origin is dict or hint is dict) and not isinstance(value, dict):
+                raise ValueError
+            return value
+        else:
+            return str.__str__(text)
+    except ValueError:
+        pass
+    kind = getattr(hint, "__name__", str(hint))
+    raise ValueError(f"{name} must be {kind}, got {raw!r}")
+
+
 def _coerce(name: str, hint: Any, value: Any) -> Any:
-    """``value`` as the field type ``hint`` wants, or a ValueError naming ``name``: YAML gives ints for
-    floats and numbers for strings; a bool is never taken for a number, nor a fraction for an int."""
+    """``value`` as the field type ``hint`` wants, or a ValueError naming ``name``: command-line text is read
+    by ``_from_text``; of Python or YAML values, an int is taken for a float and a number for a string, a bool
+    never for a number, nor a fraction for an int."""
+    if isinstance(value, SetText):
+        return _from_text(name, hint, value)
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         options = typing.get_args(hint)
@@ -482,7 +558,8 @@ def parse_overrides(items: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
             raise ValueError(f"--set {key}: unknown section {section!r}; sections: {', '.join(SECTIONS)}")
         head, _, leaf = name.partition(".")
         if section == "train" and head == "shaper_kwargs" and leaf:
-            out.setdefault("train", {}).setdefault("shaper_kwargs", {})[leaf] = value
+            typed = _coerce(f"--set {key}", Any, value)  # the shaper's own config types it further
+            out.setdefault("train", {}).setdefault("shaper_kwargs", {})[leaf] = typed
             continue
         path: tuple[str, ...] = (section,)
         if section == "train" and head in nested and leaf:
