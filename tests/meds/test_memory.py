@@ -505,3 +505,35 @@ def test_min_samples_above_bank_size_is_clamped(backend_name: str) -> None:
     assert partition_sizes(mem, ("p", W)) == ([], 2)
     # Next visit: 1 -> neighbours 0 and 2, both noise -> |C| = 2 noise points.
     assert visit(mem, 1) == [2]
+
+
+def test_max_points_forgets_the_least_recently_visited_banks_hand_worked() -> None:
+    """max_points=5: A(3) B(2) fill it; C(2) makes 7, A (visited longest ago) goes; B is visited again, D(1)
+    makes 6 and C goes. A bank of the current update is never forgotten."""
+    mem = ErrorMemory(max_points=5)
+    visit(mem, 0, 1, 2, key="A")
+    visit(mem, 10, 11, key="B")
+    assert [k for k, _ in mem.banks_] == ["A", "B"]
+    visit(mem, 20, 21, key="C")
+    assert [k for k, _ in mem.banks_] == ["B", "C"] and mem.stats()["points"] == 4
+    visit(mem, 12, key="B")
+    visit(mem, 30, key="D")
+    assert [k for k, _ in mem.banks_] == ["B", "D"] and mem.stats()["points"] == 4
+    big = ErrorMemory(max_points=2)
+    visit(big, 0, 1, 2, key="A")  # one update larger than the cap keeps its bank
+    assert [k for k, _ in big.banks_] == ["A"] and big.stats()["points"] == 3
+
+
+def test_default_caps_bound_memory_and_none_is_the_official_unbounded_memory() -> None:
+    from dynashape.meds.memory import DEFAULT_MAX_PER_BANK, DEFAULT_MAX_POINTS, MemoryConfig
+    from dynashape.shapers.meds import MedsConfig
+
+    assert (MemoryConfig().max_per_bank, MemoryConfig().max_points) == (4096, 2**23)
+    assert (MedsConfig().max_per_bank, MedsConfig().max_points) == (DEFAULT_MAX_PER_BANK, DEFAULT_MAX_POINTS)
+    assert MedsConfig(max_per_bank=None, max_points=None).memory_config().max_points is None
+    with pytest.raises(ValueError, match="max_points must be None or an int >= 1, got 0"):
+        MemoryConfig(max_points=0)
+    unbounded = ErrorMemory(max_per_bank=None, max_points=None)
+    for i in range(6):
+        visit(unbounded, float(i), key=f"k{i}")
+    assert unbounded.stats()["points"] == 6.0

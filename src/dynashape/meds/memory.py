@@ -44,6 +44,10 @@ STATE_VERSION = 1
 _STATE_BOUND_FIELDS = ("cluster_method", "min_cluster_size", "min_samples")
 
 
+DEFAULT_MAX_PER_BANK = 4096
+DEFAULT_MAX_POINTS = 2**23
+
+
 class MemoryFileError(state_files.StateFileError):
     """A memory file or state dict is corrupt, truncated, foreign, or of an unknown format version.
 
@@ -65,8 +69,14 @@ class MemoryConfig:
     backend: Backend = "sklearn"
     """``"sklearn"`` (``sklearn.cluster.HDBSCAN``, exact spanning tree) or ``"hdbscan"`` (the package of the
     official code, approximate Boruvka tree: bit-exact official |C|). See :mod:`dynashape.meds.clustering`."""
-    max_per_bank: int | None = None
-    """Keep at most this many fingerprints per bank, oldest dropped first; None = never prune (official)."""
+    max_per_bank: int | None = DEFAULT_MAX_PER_BANK
+    """Keep at most this many fingerprints per bank, oldest dropped first; None = never prune (the official
+    code). The default bounds a long run and never binds in the papers' settings (a bank gains at most one
+    group of rollouts per visit of its prompt: G x epochs, in the hundreds)."""
+    max_points: int | None = DEFAULT_MAX_POINTS
+    """Keep at most this many fingerprints in all banks together: past it, the banks visited longest ago are
+    forgotten whole; None = no bound (the official code). The default bounds memory (2**23 points of a 14-layer
+    fingerprint are 470 MB) and never binds in the papers' settings (thousands of prompts x hundreds of points)."""
     workers: int = 0
     """Worker processes for refits; 0 = refit in this process (in a background thread if ``background``)."""
     background: bool = False
@@ -81,9 +91,10 @@ class MemoryConfig:
             raise ValueError(f"cluster_method must be one of {CLUSTER_METHODS}, got {self.cluster_method!r}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        cap = self.max_per_bank
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-            raise ValueError(f"max_per_bank must be None or an int >= 1, got {cap!r}")
+        for name in ("max_per_bank", "max_points"):
+            cap = getattr(self, name)
+            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+                raise ValueError(f"{name} must be None or an int >= 1, got {cap!r}")
         if not isinstance(self.background, bool):
             raise ValueError(f"background must be a bool, got {self.background!r}")
 
@@ -125,7 +136,8 @@ class ErrorMemory:
         min_samples: int = 1,
         cluster_method: ClusterMethod = "hdbscan",
         backend: Backend = "sklearn",
-        max_per_bank: int | None = None,
+        max_per_bank: int | None = DEFAULT_MAX_PER_BANK,
+        max_points: int | None = DEFAULT_MAX_POINTS,
         workers: int = 0,
         background: bool = False,
     ) -> None:
@@ -136,6 +148,7 @@ class ErrorMemory:
             cluster_method=cluster_method,
             backend=backend,
             max_per_bank=max_per_bank,
+            max_points=max_points,
             workers=workers,
             background=background,
         )
@@ -208,7 +221,25 @@ class ErrorMemory:
             bank.vectors = stored
             jobs.append((key, stored))
         self._refit(jobs)
+        self._forget_beyond(cfg.max_points, touched=[key for key, _ in groups])
         return sizes
+
+    def _forget_beyond(self, max_points: int | None, *, touched: Sequence[BankKey]) -> None:
+        """Keep the banks in visit order (the latest last) and forget the least recently visited ones while the
+        banks hold more than ``max_points`` fingerprints (never a bank of this update)."""
+        for key in touched:
+            self.banks_[key] = self.banks_.pop(key)  # move to the end: most recently visited
+        if max_points is None:
+            return
+        total = sum(b.vectors.shape[0] for b in self.banks_.values())
+        keep = set(touched)
+        while total > max_points:
+            key = next(iter(self.banks_))
+            if key in keep:
+                break
+            if key in self._pending:  # its refit must land before the bank goes
+                self._resolve(self._pending[key])
+            total -= self.banks_.pop(key).vectors.shape[0]
 
     # ----------------------------------------------------------------------------------- refit scheduling
     def _fit_kwargs(self) -> dict[str, Any]:

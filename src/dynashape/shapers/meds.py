@@ -17,6 +17,7 @@ import torch
 from dynashape._checks import require_choice, require_range
 from dynashape.batch import RolloutBatch
 from dynashape.groups import Groups, group_normalize
+from dynashape.meds.memory import DEFAULT_MAX_PER_BANK, DEFAULT_MAX_POINTS
 from dynashape.meds.penalty import repeat_penalty
 from dynashape.shapers._common import F64, metrics_dict
 from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds
@@ -50,8 +51,12 @@ class MedsConfig:
     """hdbscan (official) or single (paper ablation: the whole bank is one cluster)."""
     backend: str = "sklearn"
     """HDBSCAN implementation: sklearn (scikit-learn) or hdbscan (the package the official code uses)."""
-    max_per_bank: int | None = None
-    """Keep at most this many fingerprints per bank, oldest dropped first; None = never prune (official)."""
+    max_per_bank: int | None = DEFAULT_MAX_PER_BANK
+    """Keep at most this many fingerprints per bank, oldest dropped first; None = never prune (the official
+    code; the default never binds in the papers' settings, see ``MemoryConfig``)."""
+    max_points: int | None = DEFAULT_MAX_POINTS
+    """Keep at most this many fingerprints in all banks, forgetting the least recently visited banks; None = no
+    bound (the official code; the default never binds in the papers' settings, see ``MemoryConfig``)."""
     background: bool = False
     """Refit banks off the step's critical path (awaited at a bank's next visit); same penalties."""
     workers: int = 0
@@ -80,6 +85,7 @@ class MedsConfig:
             cluster_method=self.cluster_method,  # type: ignore[arg-type]
             backend=self.backend,  # type: ignore[arg-type]
             max_per_bank=self.max_per_bank,
+            max_points=self.max_points,
             workers=self.workers,
             background=self.background,
         )
