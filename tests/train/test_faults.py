@@ -85,3 +85,22 @@ def test_a_torn_metrics_line_and_a_corrupt_eval_json_are_recovered(tiny_config, 
     (run / "eval.json").write_text('{"method": "grp')
     again = train(cfg, run, progress=False, verifier=parity_verifier, report=False)
     assert again.eval["final"] == done.eval["final"] and json.loads((run / "eval.json").read_text())["steps"] == 2
+
+
+def test_a_run_closes_its_shaper_on_every_way_out(tiny_config, parity_verifier, tmp_path, monkeypatch):
+    """MEDS's refit workers are stopped when a run ends, and when it fails."""
+    from dynashape.shapers.meds import MedsShaper
+    from dynashape.train.run import train
+
+    closed = []
+    monkeypatch.setattr(MedsShaper, "close", lambda self: closed.append(type(self).__name__))
+    train(tiny_config("meds", steps=1), tmp_path / "a", progress=False, verifier=parity_verifier, report=False)
+    assert closed == ["MedsShaper"]
+
+    def boom(self):
+        raise RuntimeError("step failed")
+
+    monkeypatch.setattr("dynashape.train.loop.Trainer.step", boom)
+    with pytest.raises(RuntimeError, match="step failed"):
+        train(tiny_config("meds", steps=1), tmp_path / "b", progress=False, verifier=parity_verifier, report=False)
+    assert closed == ["MedsShaper", "MedsShaper"]

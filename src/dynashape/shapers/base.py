@@ -88,6 +88,10 @@ class Shaper(ABC):
     def reset(self) -> None:  # noqa: B027 - stateless shapers have nothing to reset
         """Forget learned state (nothing for a stateless shaper)."""
 
+    def close(self) -> None:  # noqa: B027 - most shapers hold no worker
+        """Stop what the shaper started (MEDS's refit workers); it may be called again, and a later call of
+        the shaper starts them anew."""
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 

@@ -82,6 +82,7 @@ def train(
             folder, cfg, base, verifier, own_verifier=own_verifier, fmt=fmt, progress=progress
         )
         trainer = _trainer(cfg, base, verifier, fmt)
+        owned.callback(trainer.shaper.close)  # MEDS refit workers stop on every way out
         resumed_from, metrics = _resume(folder, trainer, cfg, cfg_hash)
 
         if trainer.step_index >= cfg.train.steps:  # a finished run: report what it measured
