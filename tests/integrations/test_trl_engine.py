@@ -136,7 +136,9 @@ def test_two_steps_use_the_core_shaper_advantages_and_resume_from_checkpoint(tmp
     assert len(logged) == 2
     assert logged[-1]["lead/lambda_c"] == pytest.approx(1 - logged[-1]["lead/lambda_l"], abs=1e-6)
     # The checkpoint holds the state after both steps.
-    assert_same_state(torch.load(tmp_path / "checkpoint-2" / STATE_FILE, weights_only=False), reference.state_dict())
+    saved = torch.load(tmp_path / "checkpoint-2" / STATE_FILE, weights_only=True)
+    assert (saved["global_step"], saved["run"]["output_dir"]) == (2, str(tmp_path))  # what a resume checks
+    assert_same_state(saved["shaper"], reference.state_dict())
 
     # Resume: step 3 must continue the same shaper trajectory (EMA restored, not restarted at 0.5).
     reward_resumed = Recorder()

@@ -171,6 +171,12 @@ def test_state_round_trips_through_a_checkpoint(tmp_path):
     fresh = make_trainer(tmp_path / "other")
     fresh._load_optimizer_and_scheduler(str(only_state))
     assert fresh.shaper.state_dict() == saved
+    # the file records its step: a state of step 1 found in checkpoint-5 (a copied or mixed-up folder) is refused
+    wrong = tmp_path / "checkpoint-5"
+    wrong.mkdir()
+    (wrong / STATE_FILE).write_bytes((tmp_path / "checkpoint-1" / STATE_FILE).read_bytes())
+    with pytest.raises(ValueError, match=r"written at global step 1, but TRL resumes from step 5"):
+        make_trainer(tmp_path / "third")._load_optimizer_and_scheduler(str(wrong))
 
 
 # ---------------------------------------------------------------------------------------------------------

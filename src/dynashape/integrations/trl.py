@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -79,6 +80,7 @@ logger = logging.getLogger(__name__)
 #: TRL versions this adapter was checked against (the overridden private methods change between releases).
 SUPPORTED_TRL = ("1.16.0", "1.17.0")  # [lower, upper)
 STATE_FILE = "dynashape_shaper.pt"
+STATE_FORMAT = "dynashape-trl-shaper-state/1"
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -114,20 +116,42 @@ class ShaperStateCallback(TrainerCallback):
         if not args.should_save:
             return
         folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        torch_save(os.path.join(folder, STATE_FILE), dict(self.shaper.state_dict()))  # atomic, fsynced
+        payload = {
+            "format": STATE_FORMAT,
+            "global_step": int(state.global_step),
+            "run": {"run_name": str(getattr(args, "run_name", None) or ""), "output_dir": str(args.output_dir)},
+            "shaper": dict(self.shaper.state_dict()),
+        }
+        torch_save(os.path.join(folder, STATE_FILE), payload)  # atomic, fsynced
 
 
-def load_shaper_state(path: str) -> dict[str, Any]:
+def load_shaper_state(path: str, *, global_step: int | None = None) -> dict[str, Any]:
     """The shaper state in ``path``, read with ``torch.load(weights_only=True)``: plain values and tensors only.
 
+    The file records the step it was written at and the run (``run_name``, ``output_dir``); with
+    ``global_step`` (the checkpoint being resumed) a state of another step is refused. A file of the earlier
+    layout (the shaper state alone) is read as it is.
+
     Raises:
-        StateFileError: (a ValueError) when the file is empty, truncated or holds anything else (a pickled
-            object could run code on load: refused, never run); the message names the file.
+        StateFileError: (a ValueError) when the file is empty, truncated, holds anything else (a pickled
+            object could run code on load: refused, never run) or was written at another step; the message
+            names the file.
     """
     try:
-        return torch_load(path, map_location="cpu", expect=dict)
+        payload = torch_load(path, map_location="cpu", expect=dict)
     except StateFileError as err:
         raise StateFileError(path, f"not a dynashape shaper state (plain values and tensors): {err.problem}") from err
+    if payload.get("format") != STATE_FORMAT:
+        return payload  # the earlier layout: the shaper state itself
+    if not isinstance(payload.get("shaper"), dict) or not isinstance(payload.get("global_step"), int):
+        raise StateFileError(
+            path, f"not a dynashape shaper state: malformed payload (keys {sorted(map(str, payload))})"
+        )
+    if global_step is not None and payload["global_step"] != global_step:
+        raise StateFileError(
+            path, f"written at global step {payload['global_step']}, but TRL resumes from step {global_step}"
+        )
+    return payload["shaper"]
 
 
 # GRPOConfig options that shape TRL's own advantages. ShapedGRPOTrainer replaces those advantages with the
@@ -378,7 +402,8 @@ class ShapedGRPOTrainer(GRPOTrainer):
                 "the checkpoint folder. Train with save_on_each_node=True (or a shared filesystem) and resume again"
             )
         if found[0]:
-            self.shaper.load_state_dict(load_shaper_state(path))
+            step = re.fullmatch(r"checkpoint-(\d+)", os.path.basename(os.path.normpath(checkpoint)))
+            self.shaper.load_state_dict(load_shaper_state(path, global_step=int(step[1]) if step else None))
             logger.info("dynashape: restored shaper state from %s", path)
         else:
             logger.warning("dynashape: %s not found; the shaper starts fresh", path)
