@@ -104,3 +104,16 @@ def test_a_run_closes_its_shaper_on_every_way_out(tiny_config, parity_verifier, 
     with pytest.raises(RuntimeError, match="step failed"):
         train(tiny_config("meds", steps=1), tmp_path / "b", progress=False, verifier=parity_verifier, report=False)
     assert closed == ["MedsShaper", "MedsShaper"]
+
+
+def test_a_torn_config_yaml_is_refused_naming_it(tiny_config, tmp_path):
+    """A folder whose config.yaml cannot be read is not silently taken over (its run may be another's)."""
+    from dynashape.state import StateFileError
+    from dynashape.train.run import train
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("task: {n_train: 4\ntrain: [")
+    with pytest.raises(StateFileError, match=r"config\.yaml: is not valid YAML"):
+        train(tiny_config("grpo", steps=1), run, progress=False)
+    assert (run / "config.yaml").read_text() == "task: {n_train: 4\ntrain: ["  # kept as it was
