@@ -14,7 +14,7 @@ import json
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -432,6 +432,17 @@ def _quoted(text: str) -> str | None:
     return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'" else None
 
 
+def _first_fit(name: str, hint: Any, options: Sequence[Any], convert: Callable[[Any], Any], shown: Any) -> Any:
+    """The value as the first of a union's ``options`` that takes it, or one ValueError saying why none did."""
+    errors = []
+    for option in options:
+        try:
+            return convert(option)
+        except ValueError as err:
+            errors.append(str(err))
+    raise ValueError(errors[0] if len(errors) == 1 else f"{name}: {shown!r} fits none of {hint}")
+
+
 def _from_text(name: str, hint: Any, text: SetText) -> Any:
     """A command-line value as field type ``hint`` (see ``SetText``), or a ValueError naming ``name``."""
     quoted = _quoted(text.strip())
@@ -441,13 +452,7 @@ def _from_text(name: str, hint: Any, text: SetText) -> Any:
         options = [o for o in typing.get_args(hint) if o is not type(None)]
         if quoted is None and raw.lower() in _NONE and len(options) < len(typing.get_args(hint)):
             return None
-        errors = []
-        for option in options:
-            try:
-                return _from_text(name, option, text)
-            except ValueError as err:
-                errors.append(str(err))
-        raise ValueError(errors[0] if len(errors) == 1 else f"{name}: {raw!r} fits none of {hint}")
+        return _first_fit(name, hint, options, lambda option: _from_text(name, option, text), raw)
     if hint is str:
         return quoted if quoted is not None else str.__str__(text)
     if quoted is not None and hint is not Any:
@@ -496,13 +501,8 @@ def _coerce(name: str, hint: Any, value: Any) -> Any:
         options = typing.get_args(hint)
         if value is None and type(None) in options:
             return None
-        errors = []
-        for option in (o for o in options if o is not type(None)):
-            try:
-                return _coerce(name, option, value)
-            except ValueError as err:
-                errors.append(str(err))
-        raise ValueError(errors[0] if len(errors) == 1 else f"{name}: {value!r} fits none of {hint}")
+        rest = [o for o in options if o is not type(None)]
+        return _first_fit(name, hint, rest, lambda option: _coerce(name, option, value), value)
     if hint is Any:
         return value
     if hint is bool:
