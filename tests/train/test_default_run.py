@@ -1,4 +1,4 @@
-"""The main job, run as its users run it (slow: about ten minutes on 2 cores from an empty cache).
+"""The main job, run as its users run it (slow: minutes on 2 cores from an empty cache; the base model ships).
 
 What LEAD does in the world is a finding, not a target (docs/world.md); this test checks that the default run
 produces every number the evaluation promises, in the tight regime, with the audited budget.
@@ -20,6 +20,7 @@ def test_default_lead_run_reports_everything(tmp_path):
     ev = result.eval
     assert ev is not None
     assert ev["method"] == "lead" and ev["steps"] == cfg.train.steps and ev["regime"] == "tight"
+    assert ev["base_model"]["source"] == "shipped" and not ev["base_model"]["trained_now"]  # no warm-up
     assert ev["budget"] == regime_budget("tight") == cfg.train.max_new_tokens
     assert ev["base"]["max_new_tokens"] > regime_budget("loose")  # the evaluation cap sits above both budgets
     for part in ("base", "final"):
