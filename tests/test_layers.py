@@ -95,3 +95,30 @@ def test_the_package_writes_nowhere_by_its_own_location():
         if "parents[" in p.read_text() and "__file__" in p.read_text()
     ]
     assert offenders == []
+
+
+def test_every_module_folder_is_a_package_a_wheel_ships():
+    """A folder without ``__init__.py`` is skipped by ``find_packages`` (pyproject's discovery): a wheel would
+    lack it although an editable install imports it."""
+    from setuptools import find_packages
+
+    found = set(find_packages(str(ROOT.parent)))
+    folders = {module_name(p.parent / "__init__.py") for p in ROOT.rglob("*.py") if "__pycache__" not in p.parts}
+    assert folders - found == set()
+
+
+def test_the_shipped_base_model_and_rules_are_package_data():
+    import fnmatch
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    pyproject = ROOT.parents[1] / "pyproject.toml"
+    if not pyproject.is_file():
+        pytest.skip("installed without its source checkout")
+    patterns = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]["dynashape"]
+    shipped = [p for p in (ROOT / "world" / "chain" / "base_model").iterdir()] + [
+        ROOT / "world" / "chain" / "rules.json"
+    ]
+    assert len(shipped) >= 6
+    for path in shipped:
+        rel = str(path.relative_to(ROOT))
+        assert any(fnmatch.fnmatch(rel, pat) for pat in patterns), f"{rel} is not package data"
