@@ -41,13 +41,15 @@ import os
 import sys
 from typing import Any
 
-from dynashape.integrations.verl.estimators import estimator_names, make_estimator
-
 __all__ = ["ESTIMATOR_NAMES", "compute_score", "register"]
 
 
 def __getattr__(name: str) -> Any:
+    # The estimators load lazily (here and in register(), under its error handling), so that a plugin that
+    # cannot import them (a dependency missing on a node image) still lets `python -m ... --check` report it.
     if name == "ESTIMATOR_NAMES":  # read from the shaper registry each time (estimators.estimator_names)
+        from dynashape.integrations.verl.estimators import estimator_names
+
         return estimator_names()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -80,6 +82,7 @@ def register() -> list[str]:
     from verl.trainer.ppo import core_algos
 
     from dynashape.integrations._post_import import when_imported
+    from dynashape.integrations.verl.estimators import estimator_names, make_estimator
 
     registered = []
     for name in estimator_names():
