@@ -63,14 +63,19 @@ class StateFileError(ValueError):
         super().__init__(problem if self.path is None else f"{self.path}: {problem}")
 
 
-def _fsync_folder(folder: str) -> None:
-    # The rename itself is durable only once the folder's entry is on disk (POSIX); Windows has no folder fds.
+def _fsync_path(path: str) -> None:
+    """fsync a file or folder by path; best effort (Windows has no folder fds)."""
     with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _fsync_folder(folder: str) -> None:
+    # The rename itself is durable only once the folder's entry is on disk (POSIX).
+    _fsync_path(folder)
 
 
 def _temporary_name(folder: str, name: str) -> str:
@@ -221,14 +226,8 @@ def _fsync_tree(root: Path) -> None:
     for folder, _, files in os.walk(root):
         for name in files:
             p = os.path.join(folder, name)
-            if os.path.islink(p):
-                continue
-            with contextlib.suppress(OSError):
-                fd = os.open(p, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            if not os.path.islink(p):
+                _fsync_path(p)
         _fsync_folder(folder)
 
 
