@@ -285,3 +285,27 @@ def test_holder_helper_releases_on_exit(tmp_path):
         assert pid != os.getpid()
     with state.FolderLock(tmp_path):
         pass
+
+
+def test_the_state_errors_survive_pickling_as_a_process_pool_or_ray_sends_them(tmp_path):
+    """Rebuilt from their fields: the default pickling called __init__ with the message alone, so a run's
+    FolderBusyError reached the study's driver as Ray's 'failed to deserialize'."""
+    import pickle
+
+    from dynashape.meds.memory import MemoryFileError
+    from dynashape.train.checkpoint import ForeignCheckpointError
+    from dynashape.train.signals import RunInterrupted, StudyInterrupted
+
+    errors = [
+        state.FolderBusyError(tmp_path, 4321, "a training run"),
+        state.StateFileError(tmp_path / "x.json", "not JSON"),
+        state.StateFileError(None, "a bare problem"),
+        MemoryFileError(tmp_path / "m.pt", "truncated"),
+        ForeignCheckpointError(tmp_path / "step_2", "another run's config"),
+        RunInterrupted(tmp_path, 3, 15),
+        StudyInterrupted(2, finished=4, cancelled=1),
+    ]
+    for err in errors:
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err)
+        assert {k: v for k, v in vars(back).items()} == vars(err)

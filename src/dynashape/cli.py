@@ -5,6 +5,7 @@ dynashape train --method meds --steps 80 --set lr=5e-4 --set shaper_kwargs.alpha
 dynashape compare --methods lead,grpo_length,gdpo,shorterbetter,drpo --seeds 0,1
 dynashape compare --plan full --out runs/comparison --report docs/results.md   # the pre-registered comparison
 dynashape results runs/comparison --report docs/results.md                      # rewrite results from its runs
+dynashape compare --plan full --ray-address auto --cpus-per-run 2              # on a Ray cluster (ray start)
 dynashape train --regime loose          # the loose budget regime (run folder runs/lead-loose-seed0)
 dynashape eval --run-dir runs/lead-seed0
 dynashape report --run-dir runs/lead-seed0
@@ -163,10 +164,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tuning-seeds", type=int, default=2, help="seeds per grid value of the tuning (validation)")
     p.add_argument("--no-tuning", action="store_true", help="train tuned presets at their preset values")
-    p.add_argument("--jobs", type=int, default=None, help="parallel runs (default: the number of cores)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="runs at once (default: the number of cores; on a cluster, as many as its CPUs / GPUs hold)",
+    )
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="join a running Ray cluster: auto or HOST:PORT (default: start a local Ray sized by --jobs)",
+    )
+    p.add_argument(
+        "--cpus-per-run",
+        type=float,
+        default=None,
+        help="Ray CPUs (and torch threads) per run (default: cores / jobs locally, 1 on a cluster)",
+    )
+    p.add_argument("--gpus-per-run", type=float, default=0.0, help="GPUs per run, a fraction shares one (default 0)")
     p.add_argument("--out", default="runs/compare", help="the comparison folder (a rerun resumes it)")
     p.add_argument("--report", default=None, help="results markdown path (default OUT/results.md)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and stop")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar for the study")
     _add_common(p, progress=False)
     p.set_defaults(regime=None)  # compare: every regime of the plan unless one is named
 
@@ -255,6 +274,7 @@ def _seeds(text: str | None, default: Sequence[int]) -> list[int]:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from dynashape.study.compare import COMPARISON_PLAN, ComparisonPlan, plan_rows, run_comparison
+    from dynashape.study.scheduler import Placement
 
     plan = COMPARISON_PLAN[args.plan] if args.plan else None
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
@@ -273,6 +293,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         tuning_seeds=args.tuning_seeds,
         tune=not args.no_tuning,
         workers=args.jobs,
+        placement=Placement(address=args.ray_address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run),
+        progress=not args.no_progress,
         log=lambda line: print(f"{time.strftime('%H:%M:%S')} {line}", flush=True),
         command="dynashape " + shlex.join(args.argv),
         dry_run=args.dry_run,
@@ -403,11 +425,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # recorded by compare
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from dynashape.train.signals import RunInterrupted
+    from dynashape.train.signals import RunInterrupted, StudyInterrupted
 
     try:
         return _COMMANDS[args.command](args)
-    except RunInterrupted as err:  # the step finished and its checkpoint is saved: 128 + signal, as a shell says
+    except (RunInterrupted, StudyInterrupted) as err:  # stopped cleanly, resumable: 128 + signal, as a shell says
         print(f"dynashape {args.command}: {err}", file=sys.stderr)
         return 128 + err.signum
     except (ValueError, RuntimeError) as err:  # bad input, broken state files, a busy folder: one line, exit 2

@@ -62,6 +62,11 @@ class StateFileError(ValueError):
         self.problem = problem
         super().__init__(problem if self.path is None else f"{self.path}: {problem}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # rebuilt from its fields, not from the message, so that it survives pickling (a Ray task, a process
+        # pool): the default would call __init__ with the message alone
+        return type(self), (self.path, self.problem)
+
 
 def _fsync_path(path: str) -> None:
     """fsync a file or folder by path; best effort (Windows has no folder fds)."""
@@ -293,6 +298,7 @@ class FolderBusyError(RuntimeError):
     def __init__(self, folder: str | os.PathLike[str], pid: int | None, what: str) -> None:
         self.folder = os.fspath(folder)
         self.pid = pid
+        self.what = what
         if pid is not None and pid == os.getpid():
             message = (
                 f"{self.folder} is already locked by this process (pid {pid}) for {what}; a second FolderLock on "
@@ -304,6 +310,9 @@ class FolderBusyError(RuntimeError):
                 f"{what}; wait for it to finish or stop it, or use another folder"
             )
         super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.folder, self.pid, self.what)  # picklable (see StateFileError.__reduce__)
 
 
 class FolderLock:

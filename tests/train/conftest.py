@@ -19,6 +19,18 @@ def base_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("base-cache")
 
 
+@pytest.fixture(scope="session")
+def local_ray():
+    """One local Ray of 2 CPUs for the study tests that run in this process: a study uses a Ray it finds
+    running and leaves it running, which saves each comparison the seconds of starting its own. The tests of
+    the command (subprocesses) start their own Ray, as a user's ``dynashape compare`` does."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
 @pytest.fixture
 def tiny_config(base_cache):
     """``tiny_config(method, task_kw=None, **train_overrides)``: a RunConfig of a few seconds on CPU."""

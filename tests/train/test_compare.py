@@ -33,8 +33,24 @@ TINY_TRAIN = {
 }
 
 
+# _template(...) and TINY_TRAIN as the command's --set KEY=VALUE pairs (a train section's key as SECTION.KEY)
+TINY_SET = {
+    "model.hidden_size": 32, "model.num_layers": 2, "model.num_heads": 2, "model.num_kv_heads": 2,
+    "model.intermediate_size": 64, "warmup.steps": 40, "warmup.batch_size": 16, "warmup.lr": 0.01,
+    "task.n_train": 100, "task.n_validation_per_difficulty": 1, "task.n_test_per_difficulty": 1,
+    "task.max_ops": 3, "eval.n_samples": 2, "eval.max_new_tokens": 24, "eval.passk_samples": 4,
+    "eval.passk_hard": 1, "eval.passk_trap": 1, **{k: v for k, v in TINY_TRAIN.items() if k != "overlong"},
+    "overlong.buffer": TINY_TRAIN["overlong"]["buffer"],
+}  # fmt: skip
+
+
+def tiny_set_args(**changes) -> list[str]:
+    """``--set`` arguments of TINY_SET with ``changes`` on top."""
+    return [a for k, v in {**TINY_SET, **changes}.items() for a in ("--set", f"{k}={v}")]
+
+
 @pytest.fixture(scope="module")
-def compared(tmp_path_factory, base_cache):
+def compared(tmp_path_factory, base_cache, local_ray):
     """2 methods x 2 seeds x 2 steps through the parallel path (2 spawned workers)."""
     out = tmp_path_factory.mktemp("compare")
     template = _template(base_cache)
@@ -135,7 +151,7 @@ def test_a_killed_comparison_resumes_without_retraining_finished_runs(compared, 
     assert resumed["final"] == original["final"], "the resumed run ends where the uninterrupted one did"
 
 
-def test_tuning_reads_the_validation_split_only_and_feeds_the_test_rows(base_cache, tmp_path):
+def test_tuning_reads_the_validation_split_only_and_feeds_the_test_rows(base_cache, tmp_path, local_ray):
     from lock_holder import held_by_another_process
 
     template = _template(base_cache)
@@ -148,7 +164,7 @@ def test_tuning_reads_the_validation_split_only_and_feeds_the_test_rows(base_cac
             template=template,
             train_overrides=TINY_TRAIN,
             tuning_seeds=1,
-            workers=1,  # the in-process path
+            workers=1,  # one run at a time, with both cores
         )
 
     # a tuning run held by another process (an orphan of a killed compare): reported, and no value is chosen
@@ -243,19 +259,11 @@ def test_spec_config_pairs_the_evaluation_seed_and_puts_the_grid_point_on_top(ba
     assert spec.folder().as_posix() == "tuning/tight/gdpo/length_threshold=40-seed3"
 
 
-def test_the_command_line_runs_resumes_and_writes_results(base_cache, tmp_path, capsys):
+def test_the_command_line_runs_resumes_and_writes_results(base_cache, tmp_path, capsys, local_ray):
     from dynashape.cli import main
 
-    tiny = {
-        "model.hidden_size": 32, "model.num_layers": 2, "model.num_heads": 2, "model.num_kv_heads": 2,
-        "model.intermediate_size": 64, "warmup.steps": 40, "warmup.batch_size": 16, "warmup.lr": 0.01,
-        "task.n_train": 100, "task.n_validation_per_difficulty": 1, "task.n_test_per_difficulty": 1,
-        "task.max_ops": 3, "eval.n_samples": 2, "eval.max_new_tokens": 24, "eval.passk_samples": 4,
-        "eval.passk_hard": 1, "eval.passk_trap": 1, **{k: v for k, v in TINY_TRAIN.items() if k != "overlong"},
-        "overlong.buffer": TINY_TRAIN["overlong"]["buffer"],  # a train section's key in --set form
-    }  # fmt: skip
     argv = ["compare", "--methods", "grpo", "--seeds", "1", "--jobs", "1", "--out", str(tmp_path / "c")]
-    argv += ["--cache-dir", str(base_cache)] + [a for k, v in tiny.items() for a in ("--set", f"{k}={v}")]
+    argv += ["--cache-dir", str(base_cache), *tiny_set_args()]
     assert main(argv) == 0
     first = capsys.readouterr().out
     assert "[1/1] trained grpo tight seed 0" in first and "results:" in first
@@ -314,16 +322,8 @@ def test_the_command_killed_for_real_resumes(base_cache, tmp_path):
     import time
 
     out = tmp_path / "c"
-    tiny = {
-        "model.hidden_size": 32, "model.num_layers": 2, "model.num_heads": 2, "model.num_kv_heads": 2,
-        "model.intermediate_size": 64, "warmup.steps": 40, "warmup.batch_size": 16, "warmup.lr": 0.01,
-        "task.n_train": 100, "task.n_validation_per_difficulty": 1, "task.n_test_per_difficulty": 1,
-        "task.max_ops": 3, "eval.n_samples": 2, "eval.max_new_tokens": 24, "eval.passk_samples": 4,
-        "eval.passk_hard": 1, "eval.passk_trap": 1, **TINY_TRAIN, "steps": 6,
-    }  # fmt: skip
     argv = [sys.executable, "-m", "dynashape.cli", "compare", "--methods", "grpo,lead", "--seeds", "3"]
-    argv += ["--jobs", "2", "--out", str(out), "--cache-dir", str(base_cache)]
-    argv += [a for k, v in tiny.items() for a in ("--set", f"{k}={v}")]
+    argv += ["--jobs", "2", "--out", str(out), "--cache-dir", str(base_cache), *tiny_set_args(steps=6)]
     proc = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while not list(out.glob("runs/tight/*/eval.json")):
@@ -370,7 +370,7 @@ def test_a_superset_killed_before_it_reaches_earlier_runs_keeps_their_records(tm
                         "seconds": 1.0, "eval": {"aes": 1.0}})  # fmt: skip
     (out / "runs.json").write_text(json.dumps(earlier))
 
-    def killed_after_one_new_run(jobs, *, workers, log, then, expected):  # the runner, killed early
+    def killed_after_one_new_run(jobs, *, workers, log, then, expected, **placement):  # the runner, killed early
         new = next(j for j in jobs if "drpo" in str(j.run_dir))
         new.run_dir.mkdir(parents=True)
         (new.run_dir / "eval.json").write_text(json.dumps({"aes": 0.5}))  # what a finished run leaves

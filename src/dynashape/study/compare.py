@@ -34,7 +34,7 @@ from typing import Any
 from dynashape import state
 from dynashape.study.claims import BEST_GLOBAL, GLOBAL_THRESHOLD_BASELINES
 from dynashape.study.presets import make_train_config, tuning_grids, tuning_overrides
-from dynashape.study.scheduler import Job, Outcome, default_jobs, prepare, run_jobs
+from dynashape.study.scheduler import Job, Outcome, Placement, default_jobs, prepare, run_jobs
 from dynashape.train.config import RunConfig
 
 __all__ = [
@@ -296,6 +296,20 @@ class _Tuning:
         return GLOBAL_THRESHOLD_BASELINES[scores.index(max(scores))]
 
 
+def _joins(placement: Placement | None) -> bool:
+    """Whether the study joins a Ray cluster (else it starts a local one)."""
+    return placement is not None and placement.address is not None
+
+
+def _placement_record(placement: Placement | None) -> dict[str, Any]:
+    placement = placement or Placement()
+    return {
+        "address": placement.address or "local",
+        "cpus_per_run": placement.cpus_per_run,
+        "gpus_per_run": placement.gpus_per_run,
+    }
+
+
 def machine() -> dict[str, Any]:
     import torch
 
@@ -342,6 +356,8 @@ def run_comparison(
     tuning_seeds: int = 2,
     tune: bool = True,
     workers: int | None = None,
+    placement: Placement | None = None,
+    progress: bool = False,
     log: Callable[[str], None] = lambda _: None,
     command: str | None = None,
     dry_run: bool = False,
@@ -350,28 +366,67 @@ def run_comparison(
 
     Untuned rows and tuning runs start together; a tuned row's test runs start as soon as its tuning has
     finished (``BEST_GLOBAL``'s when both candidates' have). ``dry_run`` only lists the runs (as ``log`` lines).
+    ``workers`` runs at once (None: the machine's cores, or what the cluster holds) on Ray, placed by
+    ``placement`` (default: a local Ray); ``progress``: the study's progress bar.
+
+    The folder is locked for the whole study (``state.FolderLock``): a second comparison on it is refused with
+    ``FolderBusyError`` naming the holder, since both would rewrite runs.json and tuning.json whole.
     """
     out = Path(out)
-    workers = default_jobs() if workers is None else workers
     if not seeds:
         raise ValueError("seeds must name at least one seed")
     if tuning_seeds < 1:
         raise ValueError(f"tuning_seeds must be >= 1, got {tuning_seeds}")
-    if workers < 1:
+    if workers is not None and workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    if dry_run:
+        return _dry_run(rows, seeds, tuning_seeds, tune, out, workers, log)
+    with state.FolderLock(out, what="a comparison (dynashape compare)"):
+        return _run_locked(
+            out, rows, seeds, template, train_overrides, tuning_seeds, tune, workers, placement, progress, log, command
+        )
+
+
+def _dry_run(
+    rows: Mapping[str, Sequence[str]],
+    seeds: Sequence[int],
+    tuning_seeds: int,
+    tune: bool,
+    out: Path,
+    workers: int | None,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    """List the plan's runs as ``log`` lines (with tuning results a previous invocation left in ``out``)."""
+    previous = out / "tuning.json"
+    plan = _Tuning(rows, seeds, tuning_seeds, tune, state.read_json(previous) if previous.exists() else {})
+    for spec in plan.ready:
+        log(f"run {spec.label()} -> {spec.folder()}")
+    for (regime, method), s in plan.waiting.items():
+        log(f"run {method} {regime} seeds {','.join(map(str, s))} at the tuned value (after tuning)")
+    later = plan.expected - len(plan.ready)
+    jobs = default_jobs() if workers is None else workers
+    log(f"{plan.expected} runs in all ({len(plan.ready)} ready, {later} after tuning), {jobs} jobs")
+    return {"runs": [], "tuning": {}, "failed": [], "expected": plan.expected}
+
+
+def _run_locked(
+    out: Path,
+    rows: Mapping[str, Sequence[str]],
+    seeds: Sequence[int],
+    template: RunConfig,
+    train_overrides: Mapping[str, Any] | None,
+    tuning_seeds: int,
+    tune: bool,
+    workers: int | None,
+    placement: Placement | None,
+    progress: bool,
+    log: Callable[[str], None],
+    command: str | None,
+) -> dict[str, Any]:
+    """``run_comparison`` past its checks, with ``out`` locked."""
     previous = out / "tuning.json"
     plan = _Tuning(rows, seeds, tuning_seeds, tune, state.read_json(previous) if previous.exists() else {})
     expected = plan.expected
-    if dry_run:
-        for spec in plan.ready:
-            log(f"run {spec.label()} -> {spec.folder()}")
-        for (regime, method), s in plan.waiting.items():
-            log(f"run {method} {regime} seeds {','.join(map(str, s))} at the tuned value (after tuning)")
-        later = expected - len(plan.ready)
-        log(f"{expected} runs in all ({len(plan.ready)} ready, {later} after tuning), {workers} jobs")
-        return {"runs": [], "tuning": {}, "failed": [], "expected": expected}
-
-    out.mkdir(parents=True, exist_ok=True)
     meta_path = out / "comparison.json"
     meta = state.read_json(meta_path) if meta_path.exists() else {"invocations": []}
     meta.update(
@@ -381,7 +436,8 @@ def run_comparison(
             "seeds": list(seeds),
             "tuning_seeds": tuning_seeds,
             "tuned": tune,
-            "jobs": workers,
+            "jobs": workers if workers is not None or _joins(placement) else default_jobs(),
+            "ray": _placement_record(placement),
             "machine": machine(),
             "selection_rule": SELECTION_RULE,
         }
@@ -409,7 +465,9 @@ def run_comparison(
     every = [job(s) for s in plan.ready] + [
         job(RunSpec(method="grpo", regime=r, seed=s)) for (r, _), ss in plan.waiting.items() for s in ss
     ]
-    log(f"{expected} runs in all, {workers} parallel jobs; preparing the base model and base evaluations")
+    where = f"Ray at {placement.address}" if _joins(placement) else "a local Ray"  # type: ignore[union-attr]
+    jobs = "as many" if workers is None else str(workers)
+    log(f"{expected} runs in all, {jobs} at once on {where}; preparing the base model and base evaluations")
     prepare((j.cfg for j in every), log=log)
 
     records: list[dict[str, Any]] = []
@@ -436,7 +494,18 @@ def run_comparison(
         record_wall_time()
         return [job(s) for s in new]
 
-    run_jobs([job(s) for s in plan.ready], workers=workers, log=log, then=then, expected=expected)
+    try:
+        run_jobs(
+            [job(s) for s in plan.ready],
+            workers=workers,
+            log=log,
+            then=then,
+            expected=expected,
+            placement=placement,
+            progress=progress,
+        )
+    finally:  # also when interrupted: this invocation's wall time counts up to now
+        record_wall_time()
     for (regime, method), ss in plan.waiting.items():  # tuning that never finished (a failed run): said aloud
         failed.append(f"{method} {regime} seeds {ss}: not run, its tuning did not finish")
     record_wall_time()

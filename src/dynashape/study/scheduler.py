@@ -1,27 +1,39 @@
-"""Many training runs at once: a shared base model and base evaluation, parallel processes, resume, progress.
+"""Many training runs at once, on Ray: one laptop or a cluster, a shared base model, resume, faults, progress.
 
 ``run_jobs`` is the engine under ``dynashape compare``:
 
 1. *prepare* (in this process, all cores): build or load each distinct base model once (the warm-up is never
    raced by N processes) and compute each distinct base evaluation once into the base-model cache, where every
    run's ``train()`` then finds it (one per seed and split: the evaluation seed is part of its key);
-2. *run*: each unfinished job in its own spawned process (``jobs`` at a time, ``max(1, cores // jobs)`` torch
-   threads each); a job is ``train(cfg, run_dir)``, which resumes from the folder's last checkpoint;
-3. *report*: one line when a job starts and one when it ends (wall time, headline numbers, jobs left and an
-   estimate of the time left), plain lines that read well in a log file.
+2. *run*: each unfinished job is a Ray task, placed by ``Placement`` (CPUs and GPUs per run, fractions allowed).
+   With no address a local Ray of ``jobs x cpus_per_run`` CPUs is started and shut down at the end; with one
+   (``auto`` or ``HOST:PORT``) the cluster is joined. At most ``jobs`` tasks are in flight, submitted in the
+   plan's order, so that what the bar calls running is what runs. A task is ``train(cfg, run_dir)``, which
+   resumes from the folder's last checkpoint;
+3. *results travel back*: a task returns its run folder's summary files (``RESULT_FILES``) and the driver writes
+   them, atomically, into its own copy of the folder; a cluster needs no shared disk for results (the
+   checkpoints stay on the disk of the node that trained the run);
+4. *faults*: a task whose worker died (SIGKILL, the OOM killer, a segfault) is retried once by Ray (on a disk it
+   shares with the first attempt the retry resumes from the last checkpoint), then recorded failed with Ray's
+   error; a run's own exception fails it at once (a deterministic error would only fail again); every other
+   run goes on. The first SIGTERM / SIGINT cancels every task (their workers are killed), shuts the local Ray
+   down and raises ``StudyInterrupted``: every finished run is already recorded, and a rerun resumes;
+5. *report*: one line when a job starts and one when it ends (wall time, headline numbers, jobs left and an
+   estimate of the time left), plain lines that read well in a log file, and one progress bar for the study.
 
 A job is finished when its folder's ``eval.json`` exists for the same config, step count and split; finished
 jobs are reused, not run again. ``train()`` holds its run folder's lock (``dynashape.state.FolderLock``) for the
-whole run, so a restarted runner never trains a folder that an orphaned process of a killed one is still
-writing: that job fails with ``FolderBusyError`` naming the orphan's pid, and the others go on.
+whole run, so a restarted study never trains a folder that an orphaned trainer is still writing: that job fails
+with ``FolderBusyError`` naming the orphan's pid, and the others go on.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import json
-import multiprocessing
+import math
 import os
+import signal
+import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -30,8 +42,29 @@ from typing import Any
 
 from dynashape import state
 from dynashape.train.config import RunConfig
+from dynashape.train.signals import StudyInterrupted
 
-__all__ = ["Job", "Outcome", "default_jobs", "finished_eval", "prepare", "run_jobs"]
+__all__ = [
+    "RESULT_FILES",
+    "Job",
+    "Outcome",
+    "Placement",
+    "RunFailed",
+    "default_jobs",
+    "finished_eval",
+    "prepare",
+    "run_jobs",
+]
+
+RESULT_FILES = ("config.yaml", "eval_base.json", "metrics.jsonl", "eval.json")
+"""The run folder's files a task sends back to the driver (what a comparison keeps of each run; eval.json last,
+since its presence marks the run finished)."""
+CANCEL_GRACE_SECONDS = 20.0
+"""How long cancelled tasks get to end before the driver stops waiting (the issue's bound is 30 s in all)."""
+
+
+class RunFailed(RuntimeError):
+    """A run's own exception, as the text the study records (``Type: message``)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +74,35 @@ class Job:
     label: str
     cfg: RunConfig
     run_dir: Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """Where the runs go, and what each one holds there.
+
+    Args:
+        address: None starts a local Ray (sized by ``jobs``) and shuts it down at the end; ``auto`` or
+            ``HOST:PORT`` joins a running cluster (``ray start --head`` / ``ray start --address``).
+        cpus_per_run: Ray CPUs each run holds, also its torch threads (at least 1). None: the machine's cores
+            over ``jobs`` on a local Ray, 1 on a cluster.
+        gpus_per_run: GPUs each run holds (a fraction shares one GPU between runs; 0: none).
+    """
+
+    address: str | None = None
+    cpus_per_run: float | None = None
+    gpus_per_run: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.cpus_per_run is not None and not self.cpus_per_run > 0:
+            raise ValueError(f"cpus_per_run must be > 0, got {self.cpus_per_run}")
+        if not self.gpus_per_run >= 0:
+            raise ValueError(f"gpus_per_run must be >= 0, got {self.gpus_per_run}")
+
+    def cpus(self, jobs: int) -> float:
+        """CPUs per run when ``jobs`` run at once."""
+        if self.cpus_per_run is not None:
+            return self.cpus_per_run
+        return float(max(1, default_jobs() // jobs)) if self.address is None else 1.0
 
 
 @dataclass
@@ -138,7 +200,7 @@ def _quiet_loading() -> None:
         pass
 
 
-def _init_worker(threads: int) -> None:
+def _set_threads(threads: int) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     import torch
 
@@ -153,9 +215,40 @@ def _run_one(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     refused by the first."""
     from dynashape.train.run import train
 
-    start = time.perf_counter()
     result = train(cfg, run_dir, progress=False, report=False)
-    return {"eval": result.eval, "resumed_from": result.resumed_from, "seconds": time.perf_counter() - start}
+    return {"eval": result.eval, "resumed_from": result.resumed_from}
+
+
+def _task(runner: Callable[[RunConfig, Path], dict[str, Any]], job: Job, threads: int) -> dict[str, Any]:
+    """What a Ray task runs: ``runner`` on the job with ``threads`` torch threads, and the run folder's
+    ``RESULT_FILES`` (bytes) to send back with its outcome."""
+    _set_threads(threads)
+    start = time.perf_counter()
+    try:
+        out = dict(runner(job.cfg, job.run_dir))
+    except Exception as err:
+        # sent back as text: an exception whose class cannot be pickled would reach the driver as Ray's
+        # "failed to deserialize", which says nothing of the run
+        raise RunFailed(f"{type(err).__name__}: {err}") from None
+    out["seconds"] = time.perf_counter() - start
+    out["host"], out["pid"] = socket.gethostname(), os.getpid()
+    files = {}
+    for name in RESULT_FILES:
+        path = job.run_dir / name
+        if path.is_file():
+            files[name] = path.read_bytes()
+    out["files"] = files
+    return out
+
+
+def _keep_files(run_dir: Path, files: dict[str, bytes]) -> None:
+    """Write the files a task sent back into the driver's copy of its folder, atomically, in ``RESULT_FILES``'
+    order (eval.json last); a file that is already there with the same bytes (a local Ray, one disk) is left."""
+    for name in sorted(files, key=lambda n: RESULT_FILES.index(n) if n in RESULT_FILES else -1):
+        path = run_dir / name
+        if path.is_file() and path.read_bytes() == files[name]:
+            continue
+        state.write_bytes(path, files[name])
 
 
 def _headline(ev: dict[str, Any] | None) -> str:
@@ -169,37 +262,113 @@ def _headline(ev: dict[str, Any] | None) -> str:
     )
 
 
+class _Cluster:
+    """The Ray the study runs on: a local one started here (shut down by ``close``), a cluster joined here
+    (``close`` disconnects, the cluster stays), or one the caller already started (left as it is)."""
+
+    def __init__(self, placement: Placement, jobs: int | None) -> None:
+        import logging
+
+        try:
+            import ray
+        except ImportError as err:
+            raise RuntimeError(
+                "the study engine runs each run as a Ray task and Ray is not installed: pip install 'dynashape[study]'"
+            ) from err
+        self.ray = ray
+        self.owned = not ray.is_initialized()
+        quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+        if self.owned and placement.address is None:
+            jobs = default_jobs() if jobs is None else jobs
+            # sized by --jobs: `jobs` runs of `cpus_per_run` CPUs fit at once; a small object store, since all
+            # that travels is a run's summary files (well under a megabyte)
+            cpus = math.ceil(jobs * placement.cpus(jobs))
+            ray.init(num_cpus=cpus, object_store_memory=200 * 2**20, **quiet)
+        elif self.owned:
+            ray.init(address=placement.address, **quiet)
+        if jobs is None:  # as many runs at once as the cluster's CPUs (and GPUs) hold
+            resources = ray.cluster_resources()
+            fits = [resources.get("CPU", 0.0) / placement.cpus(1)]
+            if placement.gpus_per_run > 0:
+                fits.append(resources.get("GPU", 0.0) / placement.gpus_per_run)
+            jobs = max(1, math.floor(min(fits)))
+        self.jobs = jobs
+        cpus = placement.cpus(jobs)
+        self.threads = max(1, math.floor(cpus))
+        self.remote = ray.remote(_task).options(
+            num_cpus=cpus,
+            num_gpus=placement.gpus_per_run,
+            max_retries=1,  # a dead worker's task runs once more (system failures only, see retry_exceptions)
+            retry_exceptions=False,  # a run's own exception is deterministic: retrying would fail again
+        )
+
+    def cancel(self, refs: Iterable[Any], grace: float) -> None:
+        """Kill the tasks' workers and wait (at most ``grace`` seconds) until Ray has seen them end."""
+        refs = list(refs)
+        for ref in refs:
+            self.ray.cancel(ref, force=True, recursive=True)
+        if refs:
+            self.ray.wait(refs, num_returns=len(refs), timeout=grace)
+
+    def close(self) -> None:
+        if self.owned:
+            self.ray.shutdown()
+
+
+def _failure(err: BaseException) -> str:
+    """What the record says of a failed task: the run's own exception, or what Ray says of a dead worker."""
+    import ray.exceptions as rex
+
+    if isinstance(err, rex.RayTaskError):
+        cause = err.cause
+        return str(cause) if isinstance(cause, RunFailed) else f"{type(cause).__name__}: {cause}"
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__} (retried once): {first}"
+
+
 def run_jobs(
     jobs: Sequence[Job],
     *,
-    workers: int,
+    workers: int | None,
     log: Callable[[str], None] = lambda _: None,
     then: Callable[[Outcome], Sequence[Job]] = lambda _: (),
     expected: int | None = None,
+    placement: Placement | None = None,
+    progress: bool = False,
+    runner: Callable[[RunConfig, Path], dict[str, Any]] = _run_one,
 ) -> list[Outcome]:
-    """Run ``jobs`` (and the jobs ``then`` returns as each one ends) ``workers`` at a time; finished ones are
-    reused. ``expected``: how many jobs there will be in all, for the estimate of time left.
+    """Run ``jobs`` (and the jobs ``then`` returns as each one ends) as Ray tasks, ``workers`` at a time;
+    finished ones are reused. ``expected``: how many jobs there will be in all, for the estimate of time left.
 
-    ``workers == 1`` runs in this process (all its threads); more use spawned processes. Jobs returned by
-    ``then`` must share the base models and evaluations of ``prepare``'s configs (callers prepare them first).
+    Args:
+        workers: runs at once (None: the machine's cores on a local Ray, what the cluster holds on one).
+        placement: where the runs go (default: a local Ray).
+        progress: one bar for the study (runs done, failed, running, ETA; a plain line at most every few seconds
+            in a log).
+        runner: what a task runs, ``runner(cfg, run_dir) -> {"eval", "resumed_from"}`` (default ``train``);
+            a module-level function, since Ray sends it to the workers.
+
+    Raises:
+        StudyInterrupted: a SIGTERM / SIGINT arrived; every task was cancelled, every finished run recorded.
+
+    Jobs returned by ``then`` must share the base models and evaluations of ``prepare``'s configs (callers
+    prepare them first).
     """
-    if workers < 1:
+    from dynashape.train.progress import progress_bar
+    from dynashape.train.signals import stop_requests
+
+    if workers is not None and workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    placement = placement or Placement()
     outcomes: list[Outcome] = []
     queue = list(jobs)
     total = expected if expected is not None else len(queue)
     started_at = time.perf_counter()
     durations: list[float] = []
-    running: dict[cf.Future, tuple[Job, float]] = {}
-    threads = max(1, default_jobs() // workers)
-    pool = None
-    if workers > 1:
-        pool = cf.ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-            initargs=(threads,),
-        )
+    running: dict[Any, tuple[Job, float]] = {}
+    bar = None
+    cluster = _Cluster(placement, workers)
+    workers = cluster.jobs
 
     def finish(outcome: Outcome) -> None:
         outcomes.append(outcome)
@@ -216,6 +385,11 @@ def run_jobs(
             f"[{len(outcomes)}/{total}] {outcome.status} {outcome.job.label} in {_clock(outcome.seconds)}: {what}; "
             f"elapsed {_clock(time.perf_counter() - started_at)}, {left} left, ETA {eta}"
         )
+        if bar is not None:
+            if outcome.status == "reused":  # the bar counts the work of this invocation: its rate gives the ETA
+                bar.total -= 1
+            else:
+                bar.update(1)
         queue.extend(then(outcome))
 
     def launch(job: Job) -> None:
@@ -225,36 +399,47 @@ def run_jobs(
             return
         partial = (job.run_dir / "checkpoints").exists()
         log(f"start {job.label} ({'resuming' if partial else 'new'}) -> {job.run_dir}")
-        if pool is None:
-            start = time.perf_counter()
-            try:
-                out = _run_one(job.cfg, job.run_dir)
-            except Exception as err:  # one failed run is reported; the others go on
-                finish(
-                    Outcome(job, "failed", seconds=time.perf_counter() - start, error=f"{type(err).__name__}: {err}")
-                )
-                return
-            finish(_outcome(job, out))
+        running[cluster.remote.remote(runner, job, cluster.threads)] = (job, time.perf_counter())
+
+    def collect(ref: Any) -> None:
+        job, start = running.pop(ref)
+        try:
+            out = cluster.ray.get(ref)
+        except Exception as err:  # the run's own error, or a worker that died twice
+            finish(Outcome(job, "failed", seconds=time.perf_counter() - start, error=_failure(err)))
             return
-        running[pool.submit(_run_one, job.cfg, job.run_dir)] = (job, time.perf_counter())
+        _keep_files(job.run_dir, out.pop("files"))
+        finish(_outcome(job, out))
+
+    def show() -> None:
+        if bar is not None:
+            bar.set_postfix(failed=sum(o.status == "failed" for o in outcomes), running=len(running))
+            bar.update(0)  # a line when the last one is old enough (a log), a redraw on a terminal
 
     try:
-        while queue or running:
-            while queue and len(running) < workers:
-                launch(queue.pop(0))
-            if not running:
-                continue
-            done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
-            for future in done:
-                job, start = running.pop(future)
-                try:
-                    finish(_outcome(job, future.result()))
-                except Exception as err:  # the run's own error, or a worker that died
-                    seconds = time.perf_counter() - start
-                    finish(Outcome(job, "failed", seconds=seconds, error=f"{type(err).__name__}: {err}"))
+        with stop_requests(message="cancelling every run of the study (a second signal stops at once)") as stop:
+            bar = progress_bar(total, "study", progress, unit="runs", interval=10.0)
+            while (queue or running) and not stop:
+                while queue and len(running) < workers and not stop:
+                    launch(queue.pop(0))
+                show()
+                if running:
+                    ready, _ = cluster.ray.wait(list(running), num_returns=1, timeout=0.5)
+                    for ref in ready:
+                        collect(ref)
+            show()
+            if stop:
+                cancelled = len(running)
+                log(f"{signal.Signals(stop[0]).name} received: cancelling {cancelled} running runs")
+                cluster.cancel(running, CANCEL_GRACE_SECONDS)
+                running.clear()
+                raise StudyInterrupted(stop[0], finished=len(outcomes), cancelled=cancelled)
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        if bar is not None:
+            bar.close()
+        if running:  # an error in this process (a `then` that raised): no task outlives the study
+            cluster.cancel(running, CANCEL_GRACE_SECONDS)
+        cluster.close()
     return outcomes
 
 
