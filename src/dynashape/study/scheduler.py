@@ -283,7 +283,8 @@ class _Cluster:
             # sized by --jobs: `jobs` runs of `cpus_per_run` CPUs fit at once; a small object store, since all
             # that travels is a run's summary files (well under a megabyte)
             cpus = math.ceil(jobs * placement.cpus(jobs))
-            ray.init(num_cpus=cpus, object_store_memory=200 * 2**20, **quiet)
+            # address="local": a new Ray even where RAY_ADDRESS points at a cluster (joining one is --ray-address)
+            ray.init(address="local", num_cpus=cpus, object_store_memory=200 * 2**20, **quiet)
         elif self.owned:
             ray.init(address=placement.address, **quiet)
         if jobs is None:  # as many runs at once as the cluster's CPUs (and GPUs) hold
