@@ -298,3 +298,44 @@ def test_placement_checks_and_sizes():
     from dynashape.study.scheduler import default_jobs
 
     assert Placement().cpus(1) == default_jobs() and Placement().cpus(10**6) == 1.0
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_compare_joins_a_running_cluster_and_leaves_it_running(base_cache, tmp_path):
+    """`ray start --head` (a one-node cluster of its own), then `dynashape compare --ray-address HOST:PORT`: the
+    runs are the cluster's tasks, the results land in --out, and the cluster outlives the command."""
+    from lock_holder import child_env
+
+    port = _free_port()
+    ray_bin = Path(sys.executable).with_name("ray")
+    head = subprocess.Popen(
+        [str(ray_bin), "start", "--head", "--block", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+         "--disable-usage-stats"],
+        env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out = tmp_path / "c"
+        argv = _tiny_argv(out, base_cache, seeds=1, steps=2)
+        argv[argv.index("--jobs") : argv.index("--jobs") + 2] = ["--ray-address", f"127.0.0.1:{port}"]
+        deadline = time.monotonic() + 120
+        while True:  # the head takes a few seconds to accept drivers
+            run = subprocess.run(argv, env=child_env(), capture_output=True, text=True, timeout=300)
+            if run.returncode == 0 or time.monotonic() > deadline or "cannot join a Ray cluster" not in run.stderr:
+                break
+            time.sleep(1.0)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        assert f"on Ray at 127.0.0.1:{port}" in run.stdout
+        assert sorted(p.parent.name for p in out.glob("runs/tight/*/eval.json")) == ["grpo-seed0", "lead-seed0"]
+        meta = state.read_json(out / "comparison.json")
+        assert meta["ray"]["address"] == f"127.0.0.1:{port}" and meta["jobs"] is None
+        assert head.poll() is None, "the cluster outlives the command that joined it"
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        head.wait(timeout=60)

@@ -269,6 +269,8 @@ class _Cluster:
     def __init__(self, placement: Placement, jobs: int | None) -> None:
         import logging
 
+        if placement.address is not None:
+            _choose_token_auth()  # before Ray is imported: it reads its auth mode once, at import
         try:
             import ray
         except ImportError as err:
@@ -286,7 +288,7 @@ class _Cluster:
             # address="local": a new Ray even where RAY_ADDRESS points at a cluster (joining one is --ray-address)
             ray.init(address="local", num_cpus=cpus, object_store_memory=200 * 2**20, **quiet)
         elif self.owned:
-            ray.init(address=placement.address, **quiet)
+            _join(ray, placement.address, quiet)
         if jobs is None:  # as many runs at once as the cluster's CPUs (and GPUs) hold
             resources = ray.cluster_resources()
             fits = [resources.get("CPU", 0.0) / placement.cpus(1)]
@@ -314,6 +316,28 @@ class _Cluster:
     def close(self) -> None:
         if self.owned:
             self.ray.shutdown()
+
+
+def _choose_token_auth() -> None:
+    """``ray start`` enables token authentication by default (Ray 2.5x) and writes the token to
+    ``~/.ray/auth_token``, but a driver that joins by address sends it only with ``RAY_AUTH_MODE=token`` set
+    before Ray is imported (seen with Ray 2.60: "Authentication token is missing or incorrect", then "Failed to
+    connect"). With a token at hand and no mode chosen, choose token mode."""
+    has_token = os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if "RAY_AUTH_MODE" not in os.environ and (has_token or (Path.home() / ".ray" / "auth_token").is_file()):
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+def _join(ray: Any, address: str, options: dict[str, Any]) -> None:
+    """Connect this process to the Ray cluster at ``address`` as its driver; a clear error when it cannot."""
+    try:
+        ray.init(address=address, **options)
+    except ConnectionError as err:
+        raise RuntimeError(
+            f"--ray-address {address}: cannot join a Ray cluster there ({err}); is `ray start --head` running, and "
+            "does this machine have the cluster's token (RAY_AUTH_TOKEN, or ~/.ray/auth_token from `ray "
+            "get-auth-token`), with RAY_AUTH_MODE=token set before Ray was imported?"
+        ) from err
 
 
 def _failure(err: BaseException) -> str:
