@@ -329,8 +329,21 @@ def test_the_command_killed_for_real_resumes(base_cache, tmp_path):
     while not list(out.glob("runs/tight/*/eval.json")):
         assert proc.poll() is None and time.monotonic() < deadline, "the compare ended before any run finished"
         time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)  # the command and its workers: the group this test started
+    os.killpg(proc.pid, signal.SIGKILL)  # the command and its Ray: the group this test started
     proc.wait()
+    # Ray's workers run in sessions of their own: each exits once it sees its raylet gone, and one may finish the
+    # run it was writing first; a finished run is what the rerun must reuse, so count them once all have exited
+    from dynashape.state import FolderBusyError, FolderLock
+
+    deadline = time.monotonic() + 60
+    for folder in out.glob("runs/tight/*"):
+        while True:
+            try:
+                with FolderLock(folder):
+                    break
+            except FolderBusyError:
+                assert time.monotonic() < deadline, f"{folder} is still trained a minute after the kill"
+                time.sleep(0.2)
     finished = {p: p.stat().st_mtime_ns for p in out.glob("runs/tight/*/eval.json")}
     assert 1 <= len(finished) < 6
     rerun = subprocess.run(argv, capture_output=True, text=True, timeout=600)
