@@ -57,7 +57,9 @@ def ray_costs(jobs: int, tasks: int = 200) -> dict[str, float]:
     import ray
 
     start = time.perf_counter()
-    ray.init(num_cpus=jobs, include_dashboard=False, object_store_memory=200 * 2**20, log_to_driver=False)
+    ray.init(
+        address="local", num_cpus=jobs, include_dashboard=False, object_store_memory=200 * 2**20, log_to_driver=False
+    )
     empty = ray.remote(_empty)
     ray.get([empty.remote() for _ in range(jobs)])
     started = time.perf_counter() - start
