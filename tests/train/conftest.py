@@ -26,7 +26,8 @@ def local_ray():
     the command (subprocesses) start their own Ray, as a user's ``dynashape compare`` does."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20, log_to_driver=False)
+    # address="local": a new Ray, whatever a `ray start` elsewhere left in /tmp/ray as the current cluster
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=200 * 2**20, log_to_driver=False)
     yield ray
     ray.shutdown()
 
