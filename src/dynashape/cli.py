@@ -48,16 +48,17 @@ def _overrides(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     return parse_overrides(pairs)
 
 
-def _template(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+def _template(args: argparse.Namespace, eval_defaults: Any = None) -> tuple[Any, dict[str, Any]]:
     """The RunConfig of the command line's non-training sections (train at its default) and the training
-    overrides (``--steps``, ``--set lr=...``, ``--set shaper_kwargs.x=...``) to put on a preset."""
-    from dynashape.train.config import RunConfig
+    overrides (``--steps``, ``--set lr=...``, ``--set shaper_kwargs.x=...``) to put on a preset.
+    ``eval_defaults``: EvalConfig fields under the command line's (a plan's evaluation)."""
+    from dynashape.train.config import EvalConfig, RunConfig
 
     sections = _overrides(args.set or [])
     train_kw = sections.pop("train", {})
     if args.steps is not None:
         train_kw["steps"] = args.steps
-    base = RunConfig()
+    base = RunConfig(eval=EvalConfig(**(eval_defaults or {})))
     parts = {name: _replace(name, getattr(base, name), kw) for name, kw in sections.items()}
     if args.warmup_steps is not None:
         parts["warmup"] = dataclasses.replace(parts.get("warmup", base.warmup), steps=args.warmup_steps)
@@ -138,7 +139,7 @@ def _add_regime(p: argparse.ArgumentParser) -> None:
     )
 
 
-COMPARISON_PLANS = ("full",)  # dynashape.study.compare.COMPARISON_PLAN's names (not imported: startup time)
+COMPARISON_PLANS = ("full", "v2")  # dynashape.study.compare.COMPARISON_PLAN's names (not imported: startup time)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,7 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="paired-seed comparison: tune on the validation split, train every row and seed in parallel "
         "(resumable), write results.md / results.json",
     )
-    p.add_argument("--plan", choices=sorted(COMPARISON_PLANS), default=None, help="the issue's rows (full)")
+    p.add_argument(
+        "--plan",
+        choices=sorted(COMPARISON_PLANS),
+        default=None,
+        help="a pre-registered plan: full (docs/results.md) or v2, the powered follow-up (docs/results-v2.md)",
+    )
     p.add_argument("--methods", default=None, help="presets to compare (without --plan; with it, a filter of its rows)")
     p.add_argument(
         "--seeds", default=None, help="paired seeds: a list (0,1,2) or a count (5 = 0..4); default: the plan's 5"
@@ -281,8 +287,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if plan is None and methods is None:
         methods = ["lead", "grpo_length", "gdpo", "shorterbetter", "drpo"]
     rows = plan_rows(plan, methods=methods, regimes=[args.regime] if args.regime else None)
-    seeds = _seeds(args.seeds, (plan or ComparisonPlan(rows={})).seeds)
-    template, train_kw = _template(args)
+    plan = plan or ComparisonPlan(rows={})
+    seeds = _seeds(args.seeds, plan.seeds)
+    template, train_kw = _template(args, plan.eval)
+    present = {f"{r}/{m}" for r, ms in rows.items() for m in ms}
     out = Path(args.out)
     result = run_comparison(
         out,
@@ -291,7 +299,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         template=template,
         train_overrides=train_kw,
         tuning_seeds=args.tuning_seeds,
-        tune=not args.no_tuning,
+        tune=plan.tune and not args.no_tuning,
+        row_seeds={k: n for k, n in plan.row_seeds.items() if k in present},
+        fixed={k: v for k, v in plan.fixed.items() if k in present},
         workers=args.jobs,
         placement=Placement(address=args.ray_address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run),
         progress=not args.no_progress,

@@ -399,3 +399,48 @@ def test_a_superset_killed_before_it_reaches_earlier_runs_keeps_their_records(tm
     records = load_runs(out)
     assert sorted(r["method"] for r in records) == ["drpo", "grpo", "lead"]
     assert {r["method"]: r["eval"]["aes"] for r in records} == {"drpo": 0.5, "grpo": 1.0, "lead": 1.0}
+
+
+def test_a_row_can_take_fewer_seeds_and_a_fixed_value_without_tuning():
+    from dynashape.study.compare import _Tuning
+
+    fixed = {"tight/grpo_length": {"shaper_kwargs": {"threshold": 25}}}
+    plan = _Tuning(
+        {"tight": ("grpo", "grpo_length", "gdpo")}, [5, 6, 7], 2, False, {}, row_seeds={"tight/gdpo": 1}, fixed=fixed
+    )
+    by_row = {}
+    for s in plan.ready:
+        by_row.setdefault(s.method, []).append(s)
+    assert [s.seed for s in by_row["grpo"]] == [5, 6, 7]
+    assert [s.seed for s in by_row["gdpo"]] == [5]  # the first of the seeds: still paired with every row
+    assert [s.seed for s in by_row["grpo_length"]] == [5, 6, 7]
+    assert all(s.overrides == fixed["tight/grpo_length"] and s.split == "test" for s in by_row["grpo_length"])
+    assert not plan.waiting and not plan.groups  # no tuning for the fixed row, none asked for the others
+    # with tuning on, a fixed row is still not tuned while the other tuned row is
+    tuned = _Tuning({"tight": ("grpo_length", "gdpo")}, [5], 1, True, {}, fixed=fixed)
+    assert set(tuned.groups) == {("tight", "gdpo")} and set(tuned.waiting) == {("tight", "gdpo")}
+
+
+def test_the_v2_plan_lists_its_runs_and_refuses_unknown_rows():
+    plan = COMPARISON_PLAN["v2"]
+    lines: list[str] = []
+    out = run_comparison(
+        "unused",
+        rows=plan.rows,
+        seeds=plan.seeds,
+        template=None,  # type: ignore[arg-type]
+        workers=2,
+        tune=plan.tune,
+        row_seeds=plan.row_seeds,
+        fixed=plan.fixed,
+        log=lines.append,
+        dry_run=True,
+    )
+    assert out["expected"] == sum(plan.row_seeds.values())
+    assert sum(line.startswith("run ") for line in lines) == out["expected"]
+    assert not any(line.endswith("(tuning)") for line in lines) and "0 after tuning" in lines[-1]  # nothing tuned
+    assert "run grpo_length [threshold=25] tight seed 5 -> runs/tight/grpo_length-seed5" in lines
+    with pytest.raises(ValueError, match="row_seeds names rows"):
+        run_comparison(
+            "unused", rows={"tight": ("grpo",)}, seeds=[0], template=None, row_seeds={"tight/lead": 1}, dry_run=True
+        )  # type: ignore[arg-type]

@@ -162,3 +162,21 @@ def test_fused_update_equals_separate_old_logprob_pass(method, parity_verifier, 
 def test_train_config_validation(field):
     with pytest.raises(ValueError, match=field):
         make_train_config("lead", **{field: 0})
+
+
+def test_the_passk_subset_is_the_world_choice_or_the_keys_named():
+    from dynashape.train.config import EvalConfig
+    from dynashape.train.evaluation import passk_problems
+    from dynashape.world import get_world
+
+    world = get_world()
+    test = world.split("test")
+    default = passk_problems(test, EvalConfig(), world)
+    assert default == world.passk_subset(test, 6, 6) and len(default) == 12
+    keys = (test[150].key, test[3].key, test[199].key)
+    assert [p.key for p in passk_problems(test, EvalConfig(passk_keys=keys), world)] == list(keys)  # in that order
+    with pytest.raises(ValueError, match=r"passk_keys names 2 problem\(s\) not in the evaluated problems"):
+        passk_problems(test[:100], EvalConfig(passk_keys=keys), world)
+    for bad in ((), ("a", "a"), ("",)):
+        with pytest.raises(ValueError, match="passk_keys"):
+            EvalConfig(passk_keys=bad)

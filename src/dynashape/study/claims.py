@@ -47,7 +47,7 @@ BEST_GLOBAL = "best_global"
 GLOBAL_THRESHOLD_BASELINES: tuple[str, ...] = ("grpo_length", "gdpo")
 # Metrics that are fractions in [0, 1]: where both arms sit at an end on every paired seed the difference is 0 by
 # construction, so the verdict (which still follows the rule) says nothing about the methods; the page says so.
-BOUNDED_METRICS = frozenset({"accuracy", "accuracy@hardest", "trap_pass@64"})
+BOUNDED_METRICS = frozenset({"accuracy", "accuracy@hardest", "trap_pass@64", "trap_pass@32", "trap_pass@8"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,8 +94,8 @@ def _pass_at_k(n: int, c: np.ndarray, k: int) -> np.ndarray:
     return np.array([1.0 - math.comb(n - int(ci), k) / math.comb(n, k) for ci in c])
 
 
-def _trap_pass(ev: Mapping[str, Any]) -> np.ndarray | None:
-    """pass@k at k = min(64, subset samples) per trap prompt of the pass@k subset (None without traps)."""
+def _trap_pass(ev: Mapping[str, Any], k: int) -> np.ndarray | None:
+    """pass@k at k = min(``k``, subset samples) per trap prompt of the pass@k subset (None without traps)."""
     hard = ev["final"].get("per_problem_hard")
     if not hard:
         return None
@@ -103,7 +103,11 @@ def _trap_pass(ev: Mapping[str, Any]) -> np.ndarray | None:
     if not trap.any():
         return None
     n = int(hard["n_samples"])
-    return _pass_at_k(n, np.array(hard["n_correct"])[trap], min(64, n))
+    return _pass_at_k(n, np.array(hard["n_correct"])[trap], min(k, n))
+
+
+# trap pass@k metrics: name -> k (v1's claim (d) reads pass@64; the follow-up's reads pass@32 of a larger subset)
+TRAP_PASS_K: Mapping[str, int] = {"trap_pass@64": 64, "trap_pass@32": 32, "trap_pass@8": 8}
 
 
 def metric_per_problem(ev: Mapping[str, Any], metric: str) -> np.ndarray | None:
@@ -111,8 +115,8 @@ def metric_per_problem(ev: Mapping[str, Any], metric: str) -> np.ndarray | None:
     eigen ratio) or an evaluation without ``per_problem``."""
     final = ev["final"]
     pp = final.get("per_problem")
-    if metric == "trap_pass@64":
-        return _trap_pass(ev)
+    if metric in TRAP_PASS_K:
+        return _trap_pass(ev, TRAP_PASS_K[metric])
     if pp is None or metric not in ("accuracy", "mean_length", "accuracy@hardest", "mean_length@easiest"):
         return None
     acc = np.array(pp["n_correct"], dtype=np.float64) / float(final["n_samples"])
@@ -142,7 +146,7 @@ def metric_value(ev: Mapping[str, Any], metric: str) -> float | None:
         return final["per_difficulty"][_easiest(ev)]["mean_length"]
     if metric == "wrong_eigen_ratio":
         return final.get("wrong_eigen_ratio")
-    values = _trap_pass(ev)  # trap_pass@64
+    values = _trap_pass(ev, TRAP_PASS_K[metric])
     return None if values is None else float(values.mean())
 
 
@@ -153,6 +157,8 @@ METRICS: Mapping[str, str] = {
     "accuracy@hardest": "accuracy on the hardest difficulty",
     "mean_length@easiest": "mean length on the easiest difficulty",
     "trap_pass@64": "pass@64 on the trap prompts of the pass@k subset",
+    "trap_pass@32": "pass@32 on the trap prompts of the pass@k subset",
+    "trap_pass@8": "pass@8 on the trap prompts of the pass@k subset",
     "wrong_eigen_ratio": "top-1 eigen ratio of the wrong answers' fingerprints",
 }
 

@@ -61,6 +61,16 @@ class ComparisonPlan:
     rows: Mapping[str, tuple[str, ...]]
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     tuning_seeds: int = 2
+    row_seeds: Mapping[str, int] = field(default_factory=dict)
+    """"regime/method" -> how many of ``seeds`` that row trains: its first ones, so every row stays paired with
+    the others (absent: all of them)."""
+    fixed: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """"regime/method" -> the ``make_train_config`` overrides that row trains at, fixed before the study (a value
+    an earlier study tuned): no tuning runs for it."""
+    eval: Mapping[str, Any] = field(default_factory=dict)
+    """``EvalConfig`` fields of every run of the plan (its evaluation protocol)."""
+    tune: bool = True
+    """Whether rows with a tuning grid and no fixed value are tuned (on the validation split)."""
 
 
 LEAD_FAMILY = (
@@ -68,6 +78,23 @@ LEAD_FAMILY = (
     "lead_mean_all", "lead_upper_only", "cosine", "kimi_length", "pass_rate_linear", "length_zscore",
 )  # fmt: skip
 MEDS_FAMILY = ("dapo", "meds", "meds_single_cluster", "lead_meds")
+
+
+def _followup_plan() -> ComparisonPlan:
+    """The follow-up comparison (``study.followup``): its rows at v1's tuned values, seeds per row from its power
+    analysis, its evaluation."""
+    from dynashape.study import followup
+
+    return ComparisonPlan(
+        rows=dict(followup.ROWS),
+        seeds=followup.SEEDS,
+        row_seeds=followup.load_plan()["row_seeds"],
+        fixed=dict(followup.FIXED_VALUES),
+        eval=followup.eval_overrides(),
+        tune=False,
+    )
+
+
 COMPARISON_PLAN: Mapping[str, ComparisonPlan] = {
     # The LEAD family (with the length shapers engines ship) and the MEDS family in the tight regime (the
     # papers' setting); the loose regime limited to grpo, lead, lead_static, shorterbetter and the best
@@ -78,6 +105,8 @@ COMPARISON_PLAN: Mapping[str, ComparisonPlan] = {
             "loose": ("grpo", "lead", "lead_static", "shorterbetter", BEST_GLOBAL),
         }
     ),
+    # The follow-up, powered to decide v1's claims (docs/results-v2.md): fewer rows, more seeds, 16 samples.
+    "v2": _followup_plan(),
 }
 
 
@@ -197,8 +226,16 @@ class _Tuning:
     runs when its tuning has settled (``BEST_GLOBAL``'s when both candidates' have)."""
 
     def __init__(
-        self, rows: Mapping[str, Sequence[str]], seeds: Sequence[int], tuning_seeds: int, tune: bool, previous: dict
+        self,
+        rows: Mapping[str, Sequence[str]],
+        seeds: Sequence[int],
+        tuning_seeds: int,
+        tune: bool,
+        previous: dict,
+        row_seeds: Mapping[str, int] | None = None,
+        fixed: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
+        row_seeds, fixed = row_seeds or {}, fixed or {}
         self.ready: list[RunSpec] = []
         self.groups: dict[tuple[str, str], list[RunSpec]] = {}  # (regime, method) -> its tuning runs
         self.waiting: dict[tuple[str, str], list[int]] = {}  # (regime, tuned method or BEST_GLOBAL) -> test seeds
@@ -206,7 +243,7 @@ class _Tuning:
         self.results: dict[tuple[str, str], dict[str, Any]] = {}
         self.out = previous  # tuning.json: regime -> method -> result (and best_global)
         for regime, methods in rows.items():
-            tuned = _tuned_methods(methods, tune)
+            tuned = [m for m in _tuned_methods(methods, tune) if f"{regime}/{m}" not in fixed]
             for method in tuned:
                 self.groups[(regime, method)] = [
                     RunSpec(method=method, regime=regime, seed=TUNING_SEED_OFFSET + i, split="validation", overrides=p)
@@ -215,10 +252,14 @@ class _Tuning:
                 ]
                 self.ready += self.groups[(regime, method)]
             for method in methods:
-                if method in tuned or method == BEST_GLOBAL:
-                    self.waiting[(regime, method)] = list(seeds)
+                row = list(seeds[: row_seeds.get(f"{regime}/{method}", len(seeds))])
+                if f"{regime}/{method}" in fixed:
+                    point = dict(fixed[f"{regime}/{method}"])
+                    self.ready += [RunSpec(method=method, regime=regime, seed=s, overrides=point) for s in row]
+                elif method in tuned or method == BEST_GLOBAL:
+                    self.waiting[(regime, method)] = row
                 else:
-                    self.ready += [RunSpec(method=method, regime=regime, seed=s) for s in seeds]
+                    self.ready += [RunSpec(method=method, regime=regime, seed=s) for s in row]
         # Seed-major start order (a stable sort on the seed's rank: every row's first seed, then every row's
         # second...), so that a comparison stopped part-way holds paired seeds across rows, not five seeds of a few.
         rank = {s: i for i, s in enumerate(seeds)} | {TUNING_SEED_OFFSET + i: i for i in range(tuning_seeds)}
@@ -355,6 +396,8 @@ def run_comparison(
     train_overrides: Mapping[str, Any] | None = None,
     tuning_seeds: int = 2,
     tune: bool = True,
+    row_seeds: Mapping[str, int] | None = None,
+    fixed: Mapping[str, Mapping[str, Any]] | None = None,
     workers: int | None = None,
     placement: Placement | None = None,
     progress: bool = False,
@@ -366,6 +409,8 @@ def run_comparison(
 
     Untuned rows and tuning runs start together; a tuned row's test runs start as soon as its tuning has
     finished (``BEST_GLOBAL``'s when both candidates' have). ``dry_run`` only lists the runs (as ``log`` lines).
+    ``row_seeds`` ("regime/method" -> n) trains a row at the first n of ``seeds`` only; ``fixed`` ("regime/method"
+    -> overrides) trains a row at a value fixed beforehand, untuned (``ComparisonPlan``).
     ``workers`` runs at once (None: the machine's cores, or what the cluster holds) on Ray, placed by
     ``placement`` (default: a local Ray); ``progress``: the study's progress bar.
 
@@ -379,26 +424,32 @@ def run_comparison(
         raise ValueError(f"tuning_seeds must be >= 1, got {tuning_seeds}")
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    unknown = sorted(set(row_seeds or {}) - {f"{r}/{m}" for r, ms in rows.items() for m in ms})
+    if unknown:
+        raise ValueError(f"row_seeds names rows the comparison does not have: {unknown}")
+    bad = {k: n for k, n in (row_seeds or {}).items() if n < 1}
+    if bad:
+        raise ValueError(f"row_seeds must be >= 1 (a row takes the first n seeds, at most all), got {bad}")
+
+    def plan() -> _Tuning:  # reads the tuning an earlier invocation left (under the lock when running)
+        return _Tuning(rows, seeds, tuning_seeds, tune, _previous_tuning(out), row_seeds=row_seeds, fixed=fixed)
+
     if dry_run:
-        return _dry_run(rows, seeds, tuning_seeds, tune, out, workers, log)
+        return _dry_run(plan(), out, workers, log)
     with state.FolderLock(out, what="a comparison (dynashape compare)"):
         return _run_locked(
-            out, rows, seeds, template, train_overrides, tuning_seeds, tune, workers, placement, progress, log, command
-        )
+            out, plan(), rows, seeds, template, train_overrides, tuning_seeds, tune, workers, placement, progress, log,
+            command, {"row_seeds": dict(row_seeds or {}), "fixed": dict(fixed or {})},
+        )  # fmt: skip
 
 
-def _dry_run(
-    rows: Mapping[str, Sequence[str]],
-    seeds: Sequence[int],
-    tuning_seeds: int,
-    tune: bool,
-    out: Path,
-    workers: int | None,
-    log: Callable[[str], None],
-) -> dict[str, Any]:
-    """List the plan's runs as ``log`` lines (with tuning results a previous invocation left in ``out``)."""
+def _previous_tuning(out: Path) -> dict:
     previous = out / "tuning.json"
-    plan = _Tuning(rows, seeds, tuning_seeds, tune, state.read_json(previous) if previous.exists() else {})
+    return state.read_json(previous) if previous.exists() else {}
+
+
+def _dry_run(plan: _Tuning, out: Path, workers: int | None, log: Callable[[str], None]) -> dict[str, Any]:
+    """List the plan's runs as ``log`` lines (with tuning results a previous invocation left in ``out``)."""
     for spec in plan.ready:
         log(f"run {spec.label()} -> {spec.folder()}")
     for (regime, method), s in plan.waiting.items():
@@ -411,6 +462,7 @@ def _dry_run(
 
 def _run_locked(
     out: Path,
+    plan: _Tuning,
     rows: Mapping[str, Sequence[str]],
     seeds: Sequence[int],
     template: RunConfig,
@@ -422,10 +474,9 @@ def _run_locked(
     progress: bool,
     log: Callable[[str], None],
     command: str | None,
+    rows_setup: Mapping[str, Any],
 ) -> dict[str, Any]:
     """``run_comparison`` past its checks, with ``out`` locked."""
-    previous = out / "tuning.json"
-    plan = _Tuning(rows, seeds, tuning_seeds, tune, state.read_json(previous) if previous.exists() else {})
     expected = plan.expected
     meta_path = out / "comparison.json"
     meta = state.read_json(meta_path) if meta_path.exists() else {"invocations": []}
@@ -436,6 +487,7 @@ def _run_locked(
             "seeds": list(seeds),
             "tuning_seeds": tuning_seeds,
             "tuned": tune,
+            **rows_setup,
             "jobs": workers if workers is not None or _joins(placement) else default_jobs(),
             "ray": _placement_record(placement),
             "machine": machine(),

@@ -25,7 +25,7 @@ from dynashape.study.results_page import TABLE_METRICS, kept_claims, results_mar
 from dynashape.study.stats import hierarchical_bootstrap, mean_sd, paired_values, t_interval
 from dynashape.study.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
 
-__all__ = ["best_tuned", "build_results", "write_results"]
+__all__ = ["best_tuned", "build_results", "load_runs", "runs_by_row", "write_results"]
 
 RunMap = dict[tuple[str, str], dict[int, dict[str, Any]]]
 
@@ -47,7 +47,7 @@ def load_runs(out: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def _runs(records: Sequence[Mapping[str, Any]]) -> RunMap:
+def runs_by_row(records: Sequence[Mapping[str, Any]]) -> RunMap:
     """(regime, method) -> {seed: eval} of the finished test-split runs."""
     out: RunMap = {}
     for r in records:
@@ -203,7 +203,7 @@ def build_results(out: str | Path, *, n_boot: int = 2000) -> dict[str, Any]:
     records = load_runs(out)
     tuning = _read(out / "tuning.json", {})
     meta = _read(out / "comparison.json", {})
-    runs = _runs(records)
+    runs = runs_by_row(records)
     regimes = sorted({r for r, _ in runs})
     best_global = {r: tuning[r]["best_global"] for r in tuning if isinstance(tuning[r].get("best_global"), str)}
     for r in regimes:  # a regime whose rows were both global baselines without a best_global row

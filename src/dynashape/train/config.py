@@ -307,6 +307,10 @@ class EvalConfig:
     """Problems of the hardest difficulty in the pass@k subset."""
     passk_trap: int = 6
     """Trap prompts in the pass@k subset."""
+    passk_keys: tuple[str, ...] | None = None
+    """The pass@k subset named by problem keys (``Problem.key``) of the evaluated split, in this order, instead of
+    the world's hard-and-trap choice (``passk_hard`` / ``passk_trap`` are then unused); a study fixes its subset
+    by a stated rule before its runs (``study.followup``). None: the world's choice."""
     fingerprint_layers: int | None = TRAINER_FINGERPRINT_LAYERS
     """Layers of the wrong answers' MEDS fingerprints (eigen ratio); None = none."""
     split: str = "test"
@@ -319,6 +323,11 @@ class EvalConfig:
         for name in ("passk_samples", "passk_hard", "passk_trap"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.passk_keys is not None:
+            keys = tuple(self.passk_keys)
+            object.__setattr__(self, "passk_keys", keys)
+            if not keys or not all(isinstance(k, str) and k for k in keys) or len(set(keys)) != len(keys):
+                raise ValueError(f"passk_keys must be distinct non-empty problem keys, or None; got {keys!r}")
         if self.fingerprint_layers is not None and self.fingerprint_layers < 1:
             raise ValueError(f"fingerprint_layers must be >= 1 or None, got {self.fingerprint_layers}")
         for name in ("n_samples", "max_new_tokens", "batch_size"):

@@ -19,7 +19,7 @@ from dynashape.world.base import Problem, Samples, World
 EVAL_FORMAT = 2
 """Layout version of ``evaluate``'s result (2: with ``per_problem``); it keys the cached base evaluations."""
 
-__all__ = ["EVAL_FORMAT", "Samples", "evaluate", "sample_responses", "select_problems"]
+__all__ = ["EVAL_FORMAT", "Samples", "evaluate", "passk_problems", "sample_responses", "select_problems"]
 
 
 @torch.no_grad()
@@ -107,6 +107,21 @@ def sample_responses(
         np.concatenate(trunc_parts),
         np.concatenate(fp_parts) if fp_parts else None,
     )
+
+
+def passk_problems(problems: Sequence[Problem], cfg: EvalConfig, world: World) -> list[Problem]:
+    """The pass@k subset: the problems ``cfg.passk_keys`` names, in that order, or the world's hard-and-trap
+    choice when it names none. A key missing from ``problems`` is refused (the subset was fixed on this split)."""
+    if cfg.passk_keys is None:
+        return world.passk_subset(problems, cfg.passk_hard, cfg.passk_trap)
+    by_key = {p.key: p for p in problems}
+    missing = [k for k in cfg.passk_keys if k not in by_key]
+    if missing:
+        raise ValueError(
+            f"eval.passk_keys names {len(missing)} problem(s) not in the evaluated problems "
+            f"(split {cfg.split!r}, max_problems {cfg.max_problems}): {missing[:5]}"
+        )
+    return [by_key[k] for k in cfg.passk_keys]
 
 
 def select_problems(problems: Sequence[Problem], count: int | None) -> list[Problem]:
@@ -226,7 +241,7 @@ def evaluate(
         per_difficulty[d]["shortcut_frac"] = v
     out.update(stats)
     if cfg.passk_samples:
-        subset = world.passk_subset(problems, cfg.passk_hard, cfg.passk_trap)
+        subset = passk_problems(problems, cfg, world)
         if subset:
             h = sample_responses(
                 model,
