@@ -307,6 +307,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         log=lambda line: print(f"{time.strftime('%H:%M:%S')} {line}", flush=True),
         command="dynashape " + shlex.join(args.argv),
+        plan_name=args.plan,
         dry_run=args.dry_run,
     )
     if args.dry_run:

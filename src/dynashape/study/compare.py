@@ -403,6 +403,7 @@ def run_comparison(
     progress: bool = False,
     log: Callable[[str], None] = lambda _: None,
     command: str | None = None,
+    plan_name: str | None = None,
     dry_run: bool = False,
 ) -> dict[str, Any]:
     """Tune, train and evaluate every row at every seed into ``out``; returns ``{"runs", "tuning", "failed"}``.
@@ -410,7 +411,8 @@ def run_comparison(
     Untuned rows and tuning runs start together; a tuned row's test runs start as soon as its tuning has
     finished (``BEST_GLOBAL``'s when both candidates' have). ``dry_run`` only lists the runs (as ``log`` lines).
     ``row_seeds`` ("regime/method" -> n) trains a row at the first n of ``seeds`` only; ``fixed`` ("regime/method"
-    -> overrides) trains a row at a value fixed beforehand, untuned (``ComparisonPlan``).
+    -> overrides) trains a row at a value fixed beforehand, untuned (``ComparisonPlan``); ``plan_name`` (a key of
+    ``COMPARISON_PLAN``) is recorded in comparison.json, where ``dynashape results`` reads which page to write.
     ``workers`` runs at once (None: the machine's cores, or what the cluster holds) on Ray, placed by
     ``placement`` (default: a local Ray); ``progress``: the study's progress bar.
 
@@ -439,7 +441,7 @@ def run_comparison(
     with state.FolderLock(out, what="a comparison (dynashape compare)"):
         return _run_locked(
             out, plan(), rows, seeds, template, train_overrides, tuning_seeds, tune, workers, placement, progress, log,
-            command, {"row_seeds": dict(row_seeds or {}), "fixed": dict(fixed or {})},
+            command, {"plan": plan_name, "row_seeds": dict(row_seeds or {}), "fixed": dict(fixed or {})},
         )  # fmt: skip
 
 
