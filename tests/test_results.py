@@ -155,3 +155,15 @@ def test_the_committed_comparison_regenerates_unchanged_from_its_runs(tmp_path, 
     made, committed = (json.loads(p.read_text()) for p in (tmp_path / "results.json", root / "docs" / "results.json"))
     assert made.pop("generated") and committed.pop("generated")
     assert made == committed
+
+
+def test_every_method_gets_a_colour_and_marker_of_its_own():
+    pytest.importorskip("matplotlib")
+    from dynashape.study.results_plots import method_styles
+
+    methods = [f"m{i}" for i in range(25)]
+    styles = method_styles(methods)
+    pairs = {(s["color"], s["marker"]) for s in styles.values()}
+    assert len(pairs) == 25  # no two methods share both
+    assert len({s["color"] for s in list(styles.values())[:20]}) == 20  # up to 20 methods, not even a colour
+    assert method_styles(["b", "a"])["a"] == method_styles(["a", "c", "b"])["a"]  # stable across a page's plots

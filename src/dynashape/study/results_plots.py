@@ -13,7 +13,27 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["plot_results"]
+__all__ = ["legend_outside", "method_styles", "plot_results"]
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "*")
+
+
+def method_styles(methods: list[str] | tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """method -> matplotlib keywords (``color``, ``marker``), one pair per method and never shared: ``tab20``'s
+    20 colours, a marker cycle beside them, in the order of the sorted names (so a method keeps its style across
+    a page's plots)."""
+    import matplotlib
+
+    colours = matplotlib.colormaps["tab20"].colors
+    names = sorted(set(methods))
+    if len(names) > len(colours) * len(MARKERS):
+        raise ValueError(f"{len(names)} methods exceed the {len(colours) * len(MARKERS)} distinct styles")
+    return {m: {"color": colours[i % len(colours)], "marker": MARKERS[i % len(MARKERS)]} for i, m in enumerate(names)}
+
+
+def legend_outside(ax: Any, **kw: Any) -> None:
+    """The legend to the right of the axes, where it never covers the data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=7, **kw)
 
 
 def plot_results(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
@@ -36,7 +56,8 @@ def plot_results(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
     regimes = sorted({r["regime"] for r in results["summary"]}, reverse=True)
     for regime in regimes:
         rows = [r for r in results["summary"] if r["regime"] == regime]
-        fig, ax = plt.subplots(figsize=(6.5, 4.5))
+        styles = method_styles([r["method"] for r in results["summary"]])
+        fig, ax = plt.subplots(figsize=(8.5, 4.5))
         base = rows[0]["base"]
         ax.scatter([base["mean_length"]], [base["accuracy"]], marker="*", s=120, color="black", label="base")
         for row in rows:
@@ -50,11 +71,15 @@ def plot_results(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
             if "bootstrap_interval" in acc:
                 lo, hi = acc["bootstrap_interval"]
                 yerr = [[acc["mean"] - lo], [hi - acc["mean"]]]
-            ax.errorbar(length["mean"], acc["mean"], xerr=xerr, yerr=yerr, fmt="o", capsize=3, label=row["method"])
+            style = styles[row["method"]]
+            ax.errorbar(
+                length["mean"], acc["mean"], xerr=xerr, yerr=yerr, fmt=style["marker"], color=style["color"],
+                capsize=3, label=row["method"],
+            )  # fmt: skip
         ax.set_xlabel("mean length (tokens)")
         ax.set_ylabel("accuracy")
         ax.set_title(f"{regime}: accuracy-length frontier (bars: bootstrap 95 %)")
-        ax.legend(fontsize=7, ncol=2)
+        legend_outside(ax)
         save(fig, f"frontier_{regime}.png")
 
         runs = [r for r in results["runs"] if r["regime"] == regime]
@@ -63,15 +88,18 @@ def plot_results(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
             if "lambda_trajectory" in r:
                 lam.setdefault(r["method"], []).append(r["lambda_trajectory"])
         if lam:
-            fig, ax = plt.subplots(figsize=(6.5, 3.8))
+            fig, ax = plt.subplots(figsize=(8.5, 3.8))
             for method, trajs in sorted(lam.items()):
                 steps = min(len(t["step"]) for t in trajs)
                 mean = np.mean([t["lambda_l"][:steps] for t in trajs], axis=0)
-                ax.plot(trajs[0]["step"][:steps], mean, label=f"{method} (n={len(trajs)})")
+                ax.plot(
+                    trajs[0]["step"][:steps], mean, label=f"{method} (n={len(trajs)})", markevery=max(1, steps // 8),
+                    **styles[method],
+                )  # fmt: skip
             ax.set_xlabel("step")
             ax.set_ylabel("lambda_l (mean over seeds)")
             ax.set_title(f"{regime}: LEAD weight of the efficiency channel")
-            ax.legend(fontsize=7)
+            legend_outside(ax)
             save(fig, f"lambdas_{regime}.png")
 
         curves: dict[str, list[dict[str, float]]] = {}
@@ -79,14 +107,14 @@ def plot_results(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
             if r["final"].get("pass_at_k_hard"):
                 curves.setdefault(r["method"], []).append(r["final"]["pass_at_k_hard"])
         if curves:
-            fig, ax = plt.subplots(figsize=(6.5, 4.2))
+            fig, ax = plt.subplots(figsize=(8.5, 4.2))
             for method, cs in sorted(curves.items()):
                 ks = sorted(set.intersection(*(set(c) for c in cs)), key=int)
-                ax.plot([int(k) for k in ks], [np.mean([c[k] for c in cs]) for k in ks], marker=".", label=method)
+                ax.plot([int(k) for k in ks], [np.mean([c[k] for c in cs]) for k in ks], label=method, **styles[method])
             ax.set_xscale("log", base=2)
             ax.set_xlabel("k")
             ax.set_ylabel("pass@k (hard + trap subset, mean over seeds)")
             ax.set_title(f"{regime}: pass@k")
-            ax.legend(fontsize=7, ncol=2)
+            legend_outside(ax)
             save(fig, f"passk_{regime}.png")
     return written
