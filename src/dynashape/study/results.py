@@ -25,7 +25,7 @@ from dynashape.study.results_page import TABLE_METRICS, kept_claims, results_mar
 from dynashape.study.stats import hierarchical_bootstrap, mean_sd, paired_values, t_interval
 from dynashape.study.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
 
-__all__ = ["best_tuned", "build_results", "load_runs", "runs_by_row", "write_results"]
+__all__ = ["SUMMARY_METRICS", "best_tuned", "build_results", "json_clean", "load_runs", "runs_by_row", "write_results"]
 
 RunMap = dict[tuple[str, str], dict[int, dict[str, Any]]]
 
@@ -66,12 +66,15 @@ def best_tuned(tuning: Mapping[str, Any], regime: str, among: Sequence[str] | No
     return max(scored)[1] if scored else None
 
 
-def _summary(runs: RunMap, n_boot: int) -> list[dict[str, Any]]:
+SUMMARY_METRICS = (*TABLE_METRICS, "accuracy@hardest", "mean_length@easiest", "trap_pass@64", "wrong_eigen_ratio")
+
+
+def _summary(runs: RunMap, n_boot: int, metrics: Sequence[str] = SUMMARY_METRICS) -> list[dict[str, Any]]:
     rows = []
     for (regime, method), by_seed in sorted(runs.items()):
         evs = [by_seed[s] for s in sorted(by_seed)]
         row: dict[str, Any] = {"regime": regime, "method": method, "seeds": sorted(by_seed), "n": len(evs)}
-        for metric in (*TABLE_METRICS, "accuracy@hardest", "mean_length@easiest", "trap_pass@64", "wrong_eigen_ratio"):
+        for metric in metrics:
             values = [v for v in (metric_value(ev, metric) for ev in evs) if v is not None]
             if not values:
                 continue
@@ -195,8 +198,16 @@ def _run_entry(record: Mapping[str, Any]) -> dict[str, Any]:
     return entry
 
 
-def build_results(out: str | Path, *, n_boot: int = 2000) -> dict[str, Any]:
-    """Everything results.json holds, from the comparison folder ``out``."""
+def build_results(
+    out: str | Path,
+    *,
+    n_boot: int = 2000,
+    summary_metrics: Sequence[str] = SUMMARY_METRICS,
+    best_global: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Everything results.json holds, from the comparison folder ``out`` (``summary_metrics``: the per-row
+    metrics of ``summary``; ``best_global``: regime -> the global-threshold control an earlier study chose, for a
+    folder that tuned nothing; it is then a control of the paired differences)."""
     out = Path(out)
     if not out.is_dir():  # a mistyped folder must not rewrite a results page with nothing
         raise ValueError(f"out must be a comparison folder (dynashape compare --out), got {str(out)!r}")
@@ -205,9 +216,10 @@ def build_results(out: str | Path, *, n_boot: int = 2000) -> dict[str, Any]:
     meta = _read(out / "comparison.json", {})
     runs = runs_by_row(records)
     regimes = sorted({r for r, _ in runs})
+    given = dict(best_global or {})
     best_global = {r: tuning[r]["best_global"] for r in tuning if isinstance(tuning[r].get("best_global"), str)}
     for r in regimes:  # a regime whose rows were both global baselines without a best_global row
-        best_global.setdefault(r, best_tuned(tuning, r, GLOBAL_THRESHOLD_BASELINES) or "")
+        best_global.setdefault(r, given.get(r) or best_tuned(tuning, r, GLOBAL_THRESHOLD_BASELINES) or "")
     best_global = {r: m for r, m in best_global.items() if m}
     controls: dict[str, dict[str, str]] = {}
     for r in regimes:
@@ -215,6 +227,8 @@ def build_results(out: str | Path, *, n_boot: int = 2000) -> dict[str, Any]:
         best = best_tuned(tuning, r)
         if best:
             controls[r]["best tuned baseline"] = best
+        if r in given and (r, given[r]) in runs:
+            controls[r]["best_global"] = given[r]
     return {
         "folder": str(out),
         "command": meta.get("command"),
@@ -230,7 +244,7 @@ def build_results(out: str | Path, *, n_boot: int = 2000) -> dict[str, Any]:
         "tuning": tuning,
         "best_global": best_global,
         "controls": controls,
-        "summary": _summary(runs, n_boot),
+        "summary": _summary(runs, n_boot, summary_metrics),
         "differences": _differences(runs, controls, n_boot),
         "per_difficulty": _per_difficulty(runs, n_boot),
         "claims": evaluate_claims(runs, best_global, n_boot=n_boot),
@@ -240,7 +254,12 @@ def build_results(out: str | Path, *, n_boot: int = 2000) -> dict[str, Any]:
 
 def write_results(out: str | Path, report: str | Path, *, n_boot: int = 2000) -> list[Path]:
     """Write ``report`` (markdown), the JSON beside it (same stem) and its plots (folder of the same stem);
-    returns the paths written."""
+    returns the paths written. A folder of the follow-up plan (comparison.json ``plan`` v2) gets its own page
+    (``followup_results``)."""
+    if _read(Path(out) / "comparison.json", {}).get("plan") == "v2":
+        from dynashape.study.followup_results import write_followup_results
+
+        return write_followup_results(out, report, n_boot=n_boot)
     report = Path(report)
     results = build_results(out, n_boot=n_boot)
     report.parent.mkdir(parents=True, exist_ok=True)
@@ -255,17 +274,17 @@ def write_results(out: str | Path, report: str | Path, *, n_boot: int = 2000) ->
     rel = [str(p.relative_to(report.parent)) for p in written]
     claims_text = kept_claims(report)
     json_path = report.with_suffix(".json")
-    state.write_text(json_path, json.dumps(_clean(results), indent=1, allow_nan=False))
+    state.write_text(json_path, json.dumps(json_clean(results), indent=1, allow_nan=False))
     state.write_text(report, results_markdown(results, claims_text, rel))
     return [report, json_path, *written]
 
 
-def _clean(x: Any) -> Any:
+def json_clean(x: Any) -> Any:
     """JSON has no NaN: undefined numbers become null."""
     if isinstance(x, float) and not math.isfinite(x):
         return None
     if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
+        return {str(k): json_clean(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [json_clean(v) for v in x]
     return x

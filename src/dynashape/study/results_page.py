@@ -12,17 +12,26 @@ from typing import Any
 from dynashape.study.claims import CLAIMS, METRICS, MIN_SEEDS
 from dynashape.study.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
 
-__all__ = ["CLAIMS_BEGIN", "CLAIMS_END", "claims_section", "kept_claims", "results_markdown"]
+__all__ = [
+    "CLAIMS_BEGIN",
+    "CLAIMS_END",
+    "claims_section",
+    "fmt_clock",
+    "fmt_interval",
+    "fmt_value",
+    "kept_claims",
+    "results_markdown",
+]
 
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
 TABLE_METRICS = ("accuracy", "mean_length", "aes")
 
 
-def _fmt(x: float | None, digits: int = 3) -> str:
+def fmt_value(x: float | None, digits: int = 3) -> str:
     return "n/a" if x is None or x != x else f"{x:.{digits}f}"
 
 
-def _interval(lo: float | None, hi: float | None, digits: int = 3) -> str:
+def fmt_interval(lo: float | None, hi: float | None, digits: int = 3) -> str:
     return "n/a" if lo is None or hi is None or lo != lo else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
@@ -54,7 +63,7 @@ def kept_claims(path: Path) -> str:
     return claims_section()
 
 
-def _clock(seconds: float | None) -> str:
+def fmt_clock(seconds: float | None) -> str:
     if seconds is None:
         return "n/a"
     h, rest = divmod(int(seconds), 3600)
@@ -66,8 +75,8 @@ def _difficulty_cell(entry: Mapping[str, Any]) -> str:
     text = f"{acc['mean']:.2f} / {length['mean']:.0f}"
     if "vs_grpo" in acc and "vs_grpo" in length:
         a, b = acc["vs_grpo"], length["vs_grpo"]
-        text += f"<br>Δ {a['estimate']:+.2f} {_interval(*a['interval'], digits=2)} / {b['estimate']:+.0f} "
-        text += _interval(*b["interval"], digits=0)
+        text += f"<br>Δ {a['estimate']:+.2f} {fmt_interval(*a['interval'], digits=2)} / {b['estimate']:+.0f} "
+        text += fmt_interval(*b["interval"], digits=0)
     return text
 
 
@@ -100,14 +109,14 @@ def results_markdown(results: Mapping[str, Any], claims_text: str, plots: Sequen
         boot = c["parts"][0].get("bootstrap_interval")
         verdict = c["verdict"] + (f" (n < {MIN_SEEDS})" if c["n"] < MIN_SEEDS else "")
         lines.append(
-            f"| ({c['id']}) | **{verdict}** | {_fmt(c['estimate'])} | {_interval(*c['interval'])} | "
-            f"{_interval(*(boot or (None, None)))} | {c['n']} | {c.get('reason', '')} |"
+            f"| ({c['id']}) | **{verdict}** | {fmt_value(c['estimate'])} | {fmt_interval(*c['interval'])} | "
+            f"{fmt_interval(*(boot or (None, None)))} | {c['n']} | {c.get('reason', '')} |"
         )
         for p in c["parts"][1:] if len(c["parts"]) > 1 else []:
             lines.append(
                 f"|  part: {p['metric']} {p['treatment']} - {p['control']} {p['relation']} {p['bound']:g} | "
-                f"{p['verdict']} | {_fmt(p['estimate'])} | {_interval(*p['interval'])} | "
-                f"{_interval(*(p.get('bootstrap_interval') or (None, None)))} | {p['n']} | |"
+                f"{p['verdict']} | {fmt_value(p['estimate'])} | {fmt_interval(*p['interval'])} | "
+                f"{fmt_interval(*(p.get('bootstrap_interval') or (None, None)))} | {p['n']} | |"
             )
     machine = results.get("machine") or {}
     lines += [
@@ -116,8 +125,8 @@ def results_markdown(results: Mapping[str, Any], claims_text: str, plots: Sequen
         "",
         f"- Command: `{results.get('command') or 'n/a'}`; regenerate this page from its runs with "
         f"`dynashape results {results.get('folder') or 'OUT'} --report <this page>`.",
-        f"- Wall time (all invocations, each up to its last finished run): {_clock(results.get('wall_seconds'))}; "
-        f"the runs' own time summed: {_clock(results.get('run_seconds'))} over {results.get('finished_runs', 0)} "
+        f"- Wall time (all invocations, each up to its last finished run): {fmt_clock(results.get('wall_seconds'))}; "
+        f"the runs' own time summed: {fmt_clock(results.get('run_seconds'))} over {results.get('finished_runs', 0)} "
         f"finished runs (test and tuning), {results.get('jobs') or 'n/a'} at a time; machine: "
         + (", ".join(f"{k} {v}" for k, v in machine.items()) or "n/a"),
         f"- Seeds per row: {', '.join(f'{m} ({r}) {n}' for (r, m), n in sorted(seeds_of.items())) or 'none yet'}.",
@@ -140,7 +149,7 @@ def results_markdown(results: Mapping[str, Any], claims_text: str, plots: Sequen
                 cells = []
                 for v in t["values"]:
                     aes = [a for a in v["aes"] if a is not None]
-                    cells.append(f"{v['value']:g}: {_fmt(sum(aes) / len(aes) if aes else None)}")
+                    cells.append(f"{v['value']:g}: {fmt_value(sum(aes) / len(aes) if aes else None)}")
                 lines.append(f"| {regime} | {method} | {t['key']} | {'; '.join(cells)} | **{t['chosen']:g}** |")
             if isinstance(methods.get("best_global"), str):
                 lines.append(f"| {regime} | best_global | | | **{methods['best_global']}** |")
@@ -167,7 +176,7 @@ def results_markdown(results: Mapping[str, Any], claims_text: str, plots: Sequen
                 digits = 1 if "length" in metric else 3
                 text = f"{e['mean']:.{digits}f}" + ("" if e["sd"] is None else f" ± {e['sd']:.{digits}f}")
                 if "bootstrap_interval" in e:
-                    text += " " + _interval(*e["bootstrap_interval"], digits=digits)
+                    text += " " + fmt_interval(*e["bootstrap_interval"], digits=digits)
                 cells.append(text)
             lines.append(f"| {row['method']} | {row['n']} | " + " | ".join(cells) + " |")
         lines += ["", f"### {regime}: paired differences (method - control; t-interval over seeds; bootstrap)", ""]
@@ -185,7 +194,7 @@ def results_markdown(results: Mapping[str, Any], claims_text: str, plots: Sequen
                     cells.append("n/a")
                     continue
                 digits = 1 if "length" in metric else 3
-                cells.append(f"{d['estimate']:+.{digits}f} {_interval(*d['interval'], digits=digits)}")
+                cells.append(f"{d['estimate']:+.{digits}f} {fmt_interval(*d['interval'], digits=digits)}")
             lines.append(f"| {method} | {versus} | " + " | ".join(cells) + " |")
         lines += [
             "",
