@@ -18,7 +18,15 @@ from dynashape.study import followup
 from dynashape.study.claims import METRICS, metric_value
 from dynashape.study.decide import MIN_SEEDS
 from dynashape.study.results import SUMMARY_METRICS, build_results, json_clean, load_runs, runs_by_row
-from dynashape.study.results_page import CLAIMS_BEGIN, CLAIMS_END, fmt_clock, fmt_interval, fmt_value, kept_claims
+from dynashape.study.results_page import (
+    CLAIMS_BEGIN,
+    CLAIMS_END,
+    fmt_clock,
+    fmt_interval,
+    fmt_value,
+    kept_claims,
+    summary_cells,
+)
 
 __all__ = ["FOLLOWUP_METRICS", "V1_BEST_GLOBAL", "build_followup_results", "write_followup_results"]
 
@@ -116,18 +124,7 @@ def _summary_lines(results: Mapping[str, Any]) -> list[str]:
         base = rows[0]["base"]
         lines.append(f"| base | | {base['accuracy']:.3f} | {base['mean_length']:.1f} | 0 |" + " |" * (len(names) - 3))
         for row in rows:
-            cells = []
-            for metric in names:
-                e = row.get(metric)
-                if e is None:
-                    cells.append("n/a")
-                    continue
-                digits = 1 if "length" in metric else 3
-                text = f"{e['mean']:.{digits}f}" + ("" if e["sd"] is None else f" ± {e['sd']:.{digits}f}")
-                if "bootstrap_interval" in e:
-                    text += " " + fmt_interval(*e["bootstrap_interval"], digits=digits)
-                cells.append(text)
-            lines.append(f"| {row['method']} | {row['n']} | " + " | ".join(cells) + " |")
+            lines.append(f"| {row['method']} | {row['n']} | " + " | ".join(summary_cells(row, tuple(names))) + " |")
     return lines
 
 

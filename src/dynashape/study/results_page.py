@@ -21,6 +21,7 @@ __all__ = [
     "fmt_value",
     "kept_claims",
     "results_markdown",
+    "summary_cells",
 ]
 
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
@@ -78,6 +79,22 @@ def _difficulty_cell(entry: Mapping[str, Any]) -> str:
         text += f"<br>Δ {a['estimate']:+.2f} {fmt_interval(*a['interval'], digits=2)} / {b['estimate']:+.0f} "
         text += fmt_interval(*b["interval"], digits=0)
     return text
+
+
+def summary_cells(row: Mapping[str, Any], metrics: Sequence[str]) -> list[str]:
+    """A summary row's cells: ``mean ± sd [bootstrap interval]`` per metric (lengths to 0.1), 'n/a' without one."""
+    cells = []
+    for metric in metrics:
+        e = row.get(metric)
+        if e is None:
+            cells.append("n/a")
+            continue
+        digits = 1 if "length" in metric else 3
+        text = f"{e['mean']:.{digits}f}" + ("" if e["sd"] is None else f" ± {e['sd']:.{digits}f}")
+        if "bootstrap_interval" in e:
+            text += " " + fmt_interval(*e["bootstrap_interval"], digits=digits)
+        cells.append(text)
+    return cells
 
 
 def results_markdown(results: Mapping[str, Any], claims_text: str, plots: Sequence[str] = ()) -> str:
@@ -167,17 +184,7 @@ def results_markdown(results: Mapping[str, Any], claims_text: str, plots: Sequen
         base = rows[0]["base"]
         lines.append(f"| base | | {base['accuracy']:.3f} | {base['mean_length']:.1f} | 0 | | | |")
         for row in rows:
-            cells = []
-            for metric in (*TABLE_METRICS, "accuracy@hardest", "mean_length@easiest", "trap_pass@64"):
-                e = row.get(metric)
-                if e is None:
-                    cells.append("n/a")
-                    continue
-                digits = 1 if "length" in metric else 3
-                text = f"{e['mean']:.{digits}f}" + ("" if e["sd"] is None else f" ± {e['sd']:.{digits}f}")
-                if "bootstrap_interval" in e:
-                    text += " " + fmt_interval(*e["bootstrap_interval"], digits=digits)
-                cells.append(text)
+            cells = summary_cells(row, (*TABLE_METRICS, "accuracy@hardest", "mean_length@easiest", "trap_pass@64"))
             lines.append(f"| {row['method']} | {row['n']} | " + " | ".join(cells) + " |")
         lines += ["", f"### {regime}: paired differences (method - control; t-interval over seeds; bootstrap)", ""]
         lines += ["| method | versus | Δ accuracy | Δ mean length | Δ AES | Δ hardest acc. | Δ easiest length |"]
