@@ -213,7 +213,9 @@ def test_meds_memory_does_not_depend_on_verl_row_order():
                 adv = adv[torch.argsort(order)]
             got.append(adv)
         advantages.append(torch.stack(got))
-        states.append(verl_estimators.session_for("meds", omegaconf.OmegaConf.create({"meds": section})).shaper.state_dict())
+        states.append(
+            verl_estimators.session_for("meds", omegaconf.OmegaConf.create({"meds": section})).shaper.state_dict()
+        )
     torch.testing.assert_close(advantages[0], advantages[1], rtol=0, atol=0)
     memory = [s["memory"] for s in states]
     assert memory[0]["prompt_keys"] == memory[1]["prompt_keys"] and memory[0]["correct"] == memory[1]["correct"]

@@ -140,7 +140,7 @@ def test_verls_padding_rows_change_nothing(name, section, store, monkeypatch, tm
 
         real = [i for i in range(16) if not is_pad[i]]  # the unpadded batch, in the same order
 
-        def truth_of(real: list[int]) -> RolloutBatch:
+        def truth_of(real: list[int], padded=padded, prints=prints) -> RolloutBatch:
             rows = [store.rows[padded.keys[i]] for i in real]
             uids = [r["uid"] for r in rows]
             return RolloutBatch(
