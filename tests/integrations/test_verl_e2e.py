@@ -15,10 +15,13 @@ resumes from A's ``global_step_2`` and trains step 3. Checked:
 * MEDS fingerprints equal a plain unsharded transformers forward of the same rows at the same answer
   positions, with the weights that step used (those verl pushed to the rollout before it);
 * B's step 3 equals A's step 3: the same rows with the same advantages, the same shaper state in
-  ``global_step_3/dynashape_<estimator>_state.pt``, and the same ``dynashape/`` metrics in verl's console log.
+  ``global_step_3/dynashape_<estimator>_state.pt``, and the same ``lead/``, ``meds/`` and ``dynashape/`` metrics
+  in verl's own ``step:N - ...`` console lines (which carry them on every step, in every trainer mode).
 
-``DYNASHAPE_VERL_E2E_DIR=DIR`` keeps, per case, ``DIR/<case>/``: verl's console logs, its checkpoint folders and
-``e2e.json`` (steps, resumed_from_step, advantages_max_abs_diff, and fingerprints_max_abs_diff for MEDS).
+``DYNASHAPE_VERL_E2E_DIR=DIR`` keeps, per case (``lead_sync``, ``lead_dynashape``, ``meds_dynashape``),
+``DIR/<case>/``: ``uninterrupted/`` and ``resumed/`` with verl's console log, its checkpoint folder and what each
+step was computed from (``record/``), and ``e2e.json`` (steps, resumed_from_step, advantages_max_abs_diff, and
+fingerprints_max_abs_diff for MEDS).
 """
 
 from __future__ import annotations
@@ -169,15 +172,12 @@ def _fit_policy(out: Path) -> None:
 
 def _write_data(out: Path) -> None:
     """The arithmetic questions as JSONL, turned into verl parquet by the project's converter."""
-    import importlib
-
     source = out / "arith.jsonl"
     source.write_text("".join(json.dumps({"problem": q, "answer": a}) + "\n" for q, a in QUESTIONS))
     spec = importlib.util.spec_from_file_location("prepare_math_data", ROOT / "examples" / "prepare_math_data.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.main(["--input", str(source), "--test-size", "2", "--output-dir", str(out)])
-    del importlib
 
 
 @pytest.fixture(scope="module")
