@@ -15,7 +15,10 @@ What it adds, and the verl 0.9.1 internals it relies on:
 
 * ``CPUPlatform``, registered as ``dynashape_cpu`` with ``verl.plugin.platform.PlatformRegistry`` and selected by
   ``VERL_PLATFORM`` (``platform_manager._detect_platform_name``): device ``cpu``, backend ``gloo``, Ray resource
-  ``CPU`` (``RayResourcePool.get_placement_groups`` then asks for CPU bundles instead of GPUs).
+  ``CPU`` (``RayResourcePool.get_placement_groups`` then asks for CPU bundles instead of GPUs). Its
+  ``device_module`` answers what verl calls on ``get_torch_device()`` (``torch.cuda`` on GPUs): ``torch.cpu``'s
+  functions, ``get_device_name() == "CPU"`` (``utils/flops_counter.get_device_flops``), and 0 for memory
+  statistics.
 * ``ResourcePoolManager._check_resource_available`` (``verl/single_controller/ray/base.py``) counts only GPUs
   and NPUs in the Ray cluster; it counts CPUs instead.
 * ``torch.distributed.init_process_group``: verl builds the backend string ``cpu:gloo,<device>:<backend>``
@@ -31,6 +34,10 @@ What it adds, and the verl 0.9.1 internals it relies on:
   checkpoint engine) to its replica's server. Sleep, wake-up and KV-cache calls are no-ops.
   Sampling is seeded by the pushed weights and the prompt, so two runs that reach the same weights generate the
   same responses for each prompt, in whatever order the requests arrive.
+
+With ``DYNASHAPE_VERL_E2E_RECORD=DIR`` the rollout server also saves the weights of every push
+(``DIR/weights_after_step_<N>.pt``) and :mod:`verl_e2e_recorder` saves what each step's advantages were computed
+from, for the end-to-end test.
 """
 
 from __future__ import annotations
@@ -38,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import logging
 import os
 import sys
 from collections import Counter
@@ -46,8 +52,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-logger = logging.getLogger(__name__)
 
 VERL_VERSION = "0.9.1"
 PLATFORM = "dynashape_cpu"
