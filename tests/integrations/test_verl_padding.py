@@ -29,6 +29,7 @@ from dynashape import RolloutBatch, get_shaper  # noqa: E402
 from dynashape.integrations._prompts import prompt_key_of  # noqa: E402
 from dynashape.integrations.verl import estimators as verl_estimators  # noqa: E402
 from dynashape.integrations.verl.fingerprint import FINGERPRINT_FIELD  # noqa: E402
+from dynashape.shapers import shaper_needs  # noqa: E402
 
 GROUP = 4
 LEAD = {"b_max": 40, "l_min": 10}
@@ -138,15 +139,22 @@ def test_verls_padding_rows_change_nothing(name, section, store, monkeypatch, tm
         trainer._compute_advantage(padded, metrics)
 
         real = [i for i in range(16) if not is_pad[i]]  # the unpadded batch, in the same order
-        rows = [store.rows[padded.keys[i]] for i in real]
-        uids = [r["uid"] for r in rows]
-        truth = RolloutBatch(
-            group_ids=torch.tensor([sorted(set(uids)).index(u) for u in uids]),
-            correct=torch.tensor([r["extra_fields"]["reward_extra_info"]["acc"] for r in rows]),
-            lengths=torch.tensor([len(r["response_mask"]) for r in rows]),
-            prompt_keys=[prompt_key_of(r["raw_prompt"]) for r in rows],
-            fingerprints=prints[real],
-        )
+
+        def truth_of(real: list[int], padded=padded, prints=prints) -> RolloutBatch:
+            rows = [store.rows[padded.keys[i]] for i in real]
+            uids = [r["uid"] for r in rows]
+            return RolloutBatch(
+                group_ids=torch.tensor([sorted(set(uids)).index(u) for u in uids]),
+                correct=torch.tensor([r["extra_fields"]["reward_extra_info"]["acc"] for r in rows]),
+                lengths=torch.tensor([len(r["response_mask"]) for r in rows]),
+                prompt_keys=[prompt_key_of(r["raw_prompt"]) for r in rows],
+                fingerprints=prints[real],
+            )
+
+        # the memory shapers see the rows in content order (estimators.content_order), whatever verl's order
+        if shaper_needs(name).prompt_keys:
+            real = [real[j] for j in verl_estimators.content_order(truth_of(real)).tolist()]
+        truth = truth_of(real)
         expected = core(truth)
         for j, i in enumerate(real):
             got = store.rows[padded.keys[i]]["advantages"]

@@ -185,3 +185,26 @@ def test_meds_fields_flow_from_old_log_prob_to_the_estimator(make_trainer, store
     mask = (torch.arange(got.shape[1])[None, :] < truth["lengths"][:, None]).float()
     torch.testing.assert_close(got, expected[:, None] * mask, rtol=0, atol=0)
     assert metrics["meds/points"] == float((truth["correct"] == 0).logical_and(pos >= 0).sum())
+
+
+def test_verl_default_sync_trainer_logs_the_shaper_metrics(monkeypatch, store, tmp_path):
+    """verl's default v1 trainer (``trainer_mode=sync``, no dynashape mode) with ``adv_estimator=lead``: the
+    shaper's metrics reach verl's step metrics (the real trainer on CPU logged none before the plugin's hook)."""
+
+    def init(self, cfg):
+        self.config = cfg
+        self.trainer_mode = cfg.trainer.v1.trainer_mode
+
+    monkeypatch.setattr(PPOTrainer, "__init__", init)
+    cfg = config(tmp_path)
+    cfg.trainer.v1.trainer_mode = "sync"
+    trainer = v1.get_trainer_cls("sync")(cfg)
+    core = get_shaper("lead", **LEAD)
+    store["td"], truth, _ = trajectories(0)
+    store["td"]["rm_scores"] = nested([(s > 0).float() * s for s in store["td"]["rm_scores"].unbind()])
+    metrics: dict = {}
+    trainer._compute_advantage(Meta(len(truth["lengths"])), metrics)
+    shaped = core(RolloutBatch(**truth))
+    for key, value in shaped.metrics.items():
+        assert metrics[key] == value, key
+    assert metrics["dynashape/excluded_rows"] == 0.0

@@ -102,9 +102,10 @@ def register() -> list[str]:
 
 
 def _patch_v1_trainer(module: Any) -> None:
-    from dynashape.integrations.verl.hooks import patch_trainer_class
+    from dynashape.integrations.verl.hooks import patch_advantage_metrics, patch_trainer_class
 
     patch_trainer_class(module.PPOTrainer)
+    patch_advantage_metrics(module.PPOTrainer)
 
 
 def _patch_legacy_trainer(module: Any) -> None:

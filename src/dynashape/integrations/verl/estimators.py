@@ -51,6 +51,7 @@ __all__ = [
     "EstimatorExtras",
     "EstimatorSettings",
     "broadcast_advantages",
+    "content_order",
     "correct_from_acc",
     "estimator_names",
     "group_ids_from_index",
@@ -153,6 +154,28 @@ def rollout_batch_from_verl(
         prompt_keys=None if prompt_keys is None else [str(k) for k in prompt_keys],
         fingerprints=None if fingerprints is None else fingerprints.to(device),
     )
+
+
+def content_order(batch: RolloutBatch) -> np.ndarray:
+    """A row order that depends on the rows' contents only, never on their order in ``batch``.
+
+    Sorted by prompt key, verdict, whether a fingerprint was taken, the fingerprint's values, then the length
+    (a stable sort: rows equal in all of these are interchangeable for the shaper). Needs ``prompt_keys``.
+
+    Returns:
+        int64 [N] permutation: ``batch`` row ``order[i]`` goes to position i.
+    """
+    if batch.prompt_keys is None:
+        raise ValueError("content_order: the batch has no prompt_keys")
+    key_rank = np.unique(np.asarray(batch.prompt_keys, dtype=str), return_inverse=True)[1].reshape(-1)
+    columns: list[np.ndarray] = [batch.lengths.cpu().numpy()]
+    if batch.fingerprints is not None:
+        fp = batch.fingerprints.detach().to(torch.float64).cpu().numpy()
+        taken = np.isfinite(fp).all(axis=1)
+        columns += [np.where(taken, fp[:, j], 0.0) for j in reversed(range(fp.shape[1]))]
+        columns.append((~taken).astype(np.int64))
+    columns += [batch.correct.cpu().numpy().astype(np.int64), key_rank]
+    return np.lexsort(columns).astype(np.int64)  # the last column is the primary key
 
 
 def broadcast_advantages(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -345,10 +368,10 @@ def estimate(
         session.calls += 1
         return broadcast_advantages(advantages, response_mask), None
     rows = keep.nonzero().squeeze(-1)
-    rows_np = rows.cpu().numpy()
 
-    with torch.no_grad():
-        batch = rollout_batch_from_verl(
+    def batch_of(rows: torch.Tensor) -> RolloutBatch:
+        rows_np = rows.cpu().numpy()
+        return rollout_batch_from_verl(
             token_level_rewards[rows],
             response_mask[rows],
             np.asarray(index, dtype=object)[rows_np],
@@ -358,6 +381,15 @@ def estimate(
             prompt_keys=None if extras.prompt_keys is None else np.asarray(extras.prompt_keys, dtype=object)[rows_np],
             fingerprints=None if extras.fingerprints is None else extras.fingerprints.to(device)[rows],
         )
+
+    with torch.no_grad():
+        batch = batch_of(rows)
+        if batch.prompt_keys is not None and shaper_needs(name).prompt_keys:
+            # A memory keyed by prompt (MEDS) stores rows in the order it is given them, and that order decides
+            # its kNN ties and which points the per-bank cap drops. verl's order is the order rollouts finished
+            # in, so a resumed run would store the same rows differently: hand them over in content order.
+            rows = rows[torch.from_numpy(content_order(batch)).to(rows.device)]
+            batch = batch_of(rows)
         shaped = session.shaper(batch)
         advantages[rows] = shaped.advantages.to(device=device, dtype=torch.float32)
     session.last_metrics = {**shaped.metrics, "dynashape/excluded_rows": float(bs - rows.numel())}

@@ -10,6 +10,9 @@ trainer modules it loads. Every wrapper is a no-op unless ``algorithm.adv_estima
   tracker never points at a step without our state.
 * ``_load_checkpoint``: after verl has chosen the step it resumes from (``self.global_steps``), restores the state
   saved at that step, refusing one from another run.
+* v1 ``_compute_advantage``: adds the shaper's metrics (``lead/*``, ``meds/*``, ``dynashape/*``) to verl's step
+  metrics, in every v1 trainer mode (verl's default ``sync`` one included, which calls our estimator through
+  ``compute_advantage`` but logs nothing of it).
 * legacy ``ray_trainer.compute_advantage``: verl's legacy trainer copies ``reward_extra_info`` into
   ``non_tensor_batch``; its ``acc`` becomes the estimator's verdict (the v1 trainer only fetches it in the
   ``dynashape`` trainer mode).
@@ -32,6 +35,7 @@ from dynashape.integrations.verl.estimators import (
     EstimatorExtras,
     correct_from_acc,
     estimator_names,
+    last_metrics,
     pending_extras,
     provide_extras,
     session_for,
@@ -39,7 +43,13 @@ from dynashape.integrations.verl.estimators import (
 from dynashape.integrations.verl.state import load_state_file, run_identity, state_path, write_state_file
 from dynashape.state import StateFileError
 
-__all__ = ["load_shaper_state", "patch_compute_advantage", "patch_trainer_class", "save_shaper_state"]
+__all__ = [
+    "load_shaper_state",
+    "patch_advantage_metrics",
+    "patch_compute_advantage",
+    "patch_trainer_class",
+    "save_shaper_state",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +138,25 @@ def patch_trainer_class(cls: type) -> None:
     cls._save_checkpoint = _save_checkpoint
     cls._load_checkpoint = _load_checkpoint
     setattr(cls, _MARK, True)
+
+
+def patch_advantage_metrics(cls: type) -> None:
+    """Wrap ``cls._compute_advantage(self, batch, metrics)`` (verl's v1 ``PPOTrainer``) once so that the shaper's
+    metrics of the call join verl's step ``metrics`` (idempotent)."""
+    original = cls.__dict__["_compute_advantage"]
+    if getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def _compute_advantage(self: Any, batch: Any, metrics: dict, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, batch, metrics, *args, **kwargs)
+        name = _our_estimator(self.config)
+        if name is not None:
+            metrics.update(last_metrics(name))
+        return result
+
+    setattr(_compute_advantage, _MARK, True)
+    cls._compute_advantage = _compute_advantage
 
 
 def patch_compute_advantage(module: Any) -> None:

@@ -13,7 +13,8 @@ Select it with ``trainer.use_v1=true trainer.v1.trainer_mode=dynashape``. It beh
   declares it reads them (``meds``, ``lead_meds``), the fingerprints computed by the patched FSDP forward during the
   old-log-prob pass
   (:mod:`dynashape.integrations.verl.fingerprint`);
-* logs the shaper's metrics (``lead/lambda_c``, ``meds/penalty_mean``, ...) with verl's step metrics.
+* (like every v1 trainer mode, through :mod:`dynashape.integrations.verl.hooks`) logs the shaper's metrics
+  (``lead/lambda_c``, ``meds/penalty_mean``, ...) with verl's step metrics.
 
 The shaper state is saved with every verl checkpoint and restored on resume by the hooks every verl trainer gets
 from the plugin (:mod:`dynashape.integrations.verl.hooks`), in this mode as in the plain one.
@@ -40,7 +41,6 @@ from dynashape.integrations.verl.estimators import (
     EstimatorExtras,
     correct_from_acc,
     estimator_names,
-    last_metrics,
     provide_extras,
     session_for,
 )
@@ -162,10 +162,8 @@ def _trainer_class() -> type:
                 fingerprints = fingerprints.float().cpu()
             padding = padding_from_tags(getattr(batch, "tags", None))
             extras = extras_from_fields(list(data["raw_prompt"]), list(data["extra_fields"]), fingerprints, padding)
-            with provide_extras(extras):
-                batch = super()._compute_advantage(batch, metrics)
-            metrics.update(last_metrics(self.dynashape_estimator))
-            return batch
+            with provide_extras(extras):  # verl's own _compute_advantage adds the shaper's metrics (hooks.py)
+                return super()._compute_advantage(batch, metrics)
 
     return DynashapeTrainer
 
