@@ -106,7 +106,8 @@ def evaluate_checkpoint(
         "batch_size": batch_size,
         "max_problems": max_problems,
         "device": device if backend_name == "transformers" else "cuda",
-        "verifier": "dynashape.rewards.MathVerifier" if verifier is None else type(verifier).__name__,
+        # the verdicts are cached: another verifier is another evaluation (its ``name``, else its class)
+        "verifier": "dynashape.rewards.MathVerifier" if verifier is None else _verifier_name(verifier),
         "correct": "the verifier accepts the final answer and the response ended within max_new_tokens",
         "pass_at_k": "unbiased (Chen et al. 2021), k = 1, 2, 4, ... up to n and n itself",
         "benchmarks": {b.name: {"source": b.source, "problems": len(selected[b.name])} for b in benchmarks},
@@ -207,6 +208,10 @@ def evaluate_checkpoint(
         state.write_text(out / "generations.jsonl", "".join(json.dumps(r) + "\n" for r in lines))
         state.write_json(out / "results.json", results)
     return results
+
+
+def _verifier_name(verifier: Any) -> str:
+    return str(getattr(verifier, "name", type(verifier).__name__))
 
 
 def _finite_or_none(row: np.ndarray) -> list[float] | None:
