@@ -106,7 +106,7 @@ def test_runs_every_part_reports_one_line_each_and_fails_when_one_fails(tmp_path
 
 def test_the_evaluate_part_skips_where_vllm_does_not_import(tmp_path):
     calls = tmp_path / "calls.txt"
-    no_vllm = STAND_IN.replace("case \"$*\" in", "case \"$*\" in\n  *\"import vllm\"*) exit 1 ;;")
+    no_vllm = STAND_IN.replace('case "$*" in', 'case "$*" in\n  *"import vllm"*) exit 1 ;;')
     python = executable(tmp_path / "python", no_vllm.format(calls=calls))
     env = dict(os.environ, GPU_CHECK_PYTHON=str(python), GPU_CHECK_LOG_DIR=str(tmp_path / "logs"))
     out = run(env)

@@ -58,9 +58,30 @@ def test_cli_evaluates_math500_and_gsm8k_with_the_base_itself(tiny_llama_dir, tm
     from dynashape.cli import main
 
     out = tmp_path / "eval"
-    argv = ["evaluate", "--model", str(tiny_llama_dir), "--base", str(tiny_llama_dir), "--data", "math500,gsm8k",
-            "--protocol", "custom", "--samples", "2", "--max-new-tokens", "6", "--max-problems", "2",
-            "--backend", "transformers", "--batch-size", "3", "--out", str(out), "--no-progress"]  # fmt: skip
+    argv = [
+        "evaluate",
+        "--model",
+        str(tiny_llama_dir),
+        "--base",
+        str(tiny_llama_dir),
+        "--data",
+        "math500,gsm8k",
+        "--protocol",
+        "custom",
+        "--samples",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--max-problems",
+        "2",
+        "--backend",
+        "transformers",
+        "--batch-size",
+        "3",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     assert main(argv) == 0
     res = json.loads((out / "results.json").read_text())
     p = res["protocol"]
@@ -95,17 +116,20 @@ def test_a_killed_evaluation_resumed_from_its_cache_equals_an_uninterrupted_one(
 
     protocol = get_protocol("lead").with_overrides(samples=3, max_new_tokens=8)
     kw = dict(backend="transformers", batch_size=4, max_problems=3)
-    whole = evaluate_checkpoint(str(tiny_llama_dir), _benchmarks(), protocol, tmp_path / "whole",
-                                verifier=ParityVerifier(), **kw)  # fmt: skip
+    whole = evaluate_checkpoint(
+        str(tiny_llama_dir), _benchmarks(), protocol, tmp_path / "whole", verifier=ParityVerifier(), **kw
+    )
     texts = [json.loads(x)["text"] for x in (tmp_path / "whole" / "generations.jsonl").read_text().splitlines()]
     assert len(set(texts)) > len(texts) // 2  # distinct draws: a shifted or reseeded batch would show
     with pytest.raises(KeyboardInterrupt):
-        evaluate_checkpoint(str(tiny_llama_dir), _benchmarks(), protocol, tmp_path / "killed",
-                            verifier=KilledAfter(4), **kw)  # fmt: skip
+        evaluate_checkpoint(
+            str(tiny_llama_dir), _benchmarks(), protocol, tmp_path / "killed", verifier=KilledAfter(4), **kw
+        )
     cached = (tmp_path / "killed" / "cache.jsonl").read_text().splitlines()
     assert len(cached) == 4 + 4 + 1  # MATH-500's 9 samples (batches of 4, 4, 1) finished before the kill
-    resumed = evaluate_checkpoint(str(tiny_llama_dir), _benchmarks(), protocol, tmp_path / "killed",
-                                  verifier=ParityVerifier(), **kw)  # fmt: skip
+    resumed = evaluate_checkpoint(
+        str(tiny_llama_dir), _benchmarks(), protocol, tmp_path / "killed", verifier=ParityVerifier(), **kw
+    )
     assert resumed["sampled_now"] == 2 * 3 * 3 - 9
     assert resumed["benchmarks"] == whole["benchmarks"] and resumed["overall"] == whole["overall"]
     assert (tmp_path / "killed" / "generations.jsonl").read_text() == (
@@ -120,14 +144,16 @@ def test_a_base_results_folder_is_read_and_must_share_the_settings(tiny_llama_di
     protocol = get_protocol("custom").with_overrides(samples=2, max_new_tokens=6)
     kw = dict(backend="transformers", batch_size=8, max_problems=1, verifier=ParityVerifier(), plots=False)
     base = evaluate_with_base(str(tiny_llama_dir), _benchmarks(), protocol, tmp_path / "base", **kw)
-    res = evaluate_with_base(str(tiny_llama_dir), _benchmarks(), protocol, tmp_path / "m", base=str(tmp_path / "base"),
-                             **kw)  # fmt: skip
+    res = evaluate_with_base(
+        str(tiny_llama_dir), _benchmarks(), protocol, tmp_path / "m", base=str(tmp_path / "base"), **kw
+    )
     assert res["base_results"]["benchmarks"] == base["benchmarks"]
     assert not (tmp_path / "m" / "base").exists()  # read, not sampled again
     hotter = protocol.with_overrides(temperature=1.5)
-    with pytest.raises(ValueError, match="other settings.*temperature"):
-        evaluate_with_base(str(tiny_llama_dir), _benchmarks(), hotter, tmp_path / "h", base=str(tmp_path / "base"),
-                           **kw)  # fmt: skip
+    with pytest.raises(ValueError, match=r"other settings.*temperature"):
+        evaluate_with_base(
+            str(tiny_llama_dir), _benchmarks(), hotter, tmp_path / "h", base=str(tmp_path / "base"), **kw
+        )
 
 
 def test_the_transformers_backend_buckets_prompts_by_length():
@@ -171,15 +197,35 @@ def test_smollm2_135m_on_twenty_gsm8k_problems_under_lead_with_itself_as_base(tm
 
     model = save_packaged_model("smollm2", tmp_path / "smollm2")
     t0 = time.perf_counter()
-    argv = ["evaluate", "--model", str(model), "--base", str(model), "--data", "gsm8k", "--protocol", "lead",
-            "--max-problems", "20", "--max-new-tokens", "256", "--backend", "transformers", "--batch-size", "32",
-            "--out", str(tmp_path / "eval")]  # fmt: skip
+    argv = [
+        "evaluate",
+        "--model",
+        str(model),
+        "--base",
+        str(model),
+        "--data",
+        "gsm8k",
+        "--protocol",
+        "lead",
+        "--max-problems",
+        "20",
+        "--max-new-tokens",
+        "256",
+        "--backend",
+        "transformers",
+        "--batch-size",
+        "32",
+        "--out",
+        str(tmp_path / "eval"),
+    ]
     assert main(argv) == 0
     seconds = time.perf_counter() - t0
     res = json.loads((tmp_path / "eval" / "results.json").read_text())
     gsm = res["benchmarks"]["gsm8k"]
-    print(f"\nSmolLM2-135M, 20 GSM8K x 3, LEAD sampling, 256-token cap: {seconds:.0f} s; "
-          f"accuracy {gsm['accuracy']:.3f}, length {gsm['mean_length']:.1f}, truncated {gsm['truncation_rate']:.2f}")  # fmt: skip
+    print(
+        f"\nSmolLM2-135M, 20 GSM8K x 3, LEAD sampling, 256-token cap: {seconds:.0f} s; "
+        f"accuracy {gsm['accuracy']:.3f}, length {gsm['mean_length']:.1f}, truncated {gsm['truncation_rate']:.2f}"
+    )
     assert (gsm["n_problems"], gsm["n_samples"]) == (20, 3)
     assert res["protocol"]["temperature"] == 0.8 and res["protocol"]["top_p"] == 0.9
     assert gsm["aes"] is None or gsm["aes"]["value"] == 0.0
