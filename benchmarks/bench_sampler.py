@@ -5,12 +5,15 @@ prompts are GSM8K test problems rendered as ``dynashape evaluate`` renders them 
 instruction), left-padded to one batch. Every row writes exactly ``--max-new`` tokens (EOS is never drawn by ours:
 ``eos_token_id=-1``; ``generate`` gets ``min_new_tokens``), so both do the same work:
 
-* ours: ``dynashape.train.rollout.sample`` (the transformers backend's call);
+* ours: ``dynashape.train.rollout.sample`` (the transformers backend's call), with its in-place KV cache
+  (``train.kv_cache``) and, for the record, with the model's own ``DynamicCache`` (``--own-cache``);
 * generate: ``model.generate(do_sample=True, top_k=0, top_p=1.0)`` on the same ids;
 * floor: 2 x parameters x generated tokens / the matmul throughput measured here, in the same process, with the
   model's own shapes (every linear layer of one decoding step, the tied unembedding included, at that batch).
 
-    .venv/bin/python benchmarks/bench_sampler.py --batch 8 32 --max-new 64
+    .venv/bin/python benchmarks/bench_sampler.py --batch 8 32 --max-new 64 --own-cache
+
+A 4-token call of each sampler first warms the process up (allocator, kernels), outside the timings.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 import torch
 
 from dynashape.datasets import load_math_problems
+from dynashape.train import rollout
 from dynashape.train.policy import load_pretrained
 from dynashape.train.prompts import BOXED_INSTRUCTION, PromptFormat
 from dynashape.train.rollout import sample
@@ -45,12 +49,30 @@ def matmul_throughput(model: torch.nn.Module, batch: int, seconds: float = 3.0) 
     return flops_per_round * rounds / (time.perf_counter() - t0), covered
 
 
+def time_ours(model, tok, ids, mask, max_new: int) -> float:
+    t0 = time.perf_counter()
+    ro = sample(model, ids, mask, max_new_tokens=max_new, eos_token_id=-1, pad_token_id=tok.pad_token_id,
+                generator=torch.Generator().manual_seed(0))  # fmt: skip
+    assert int(ro.lengths.sum()) == ids.shape[0] * max_new  # every row wrote max_new tokens
+    return time.perf_counter() - t0
+
+
+def time_generate(model, tok, ids, mask, max_new: int) -> float:
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                             max_new_tokens=max_new, min_new_tokens=max_new, pad_token_id=tok.pad_token_id)  # fmt: skip
+    assert out.shape[1] - ids.shape[1] == max_new
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model-dir", default="models/smollm2", help="SmolLM2 folder (converted here if absent)")
     ap.add_argument("--batch", type=int, nargs="+", default=[8, 32])
     ap.add_argument("--max-new", type=int, default=256)
     ap.add_argument("--skip-generate", action="store_true")
+    ap.add_argument("--own-cache", action="store_true", help="also time ours with the model's own DynamicCache")
     ap.add_argument("--json", default=None, help="also write the numbers here")
     args = ap.parse_args()
     model_dir = Path(args.model_dir)
@@ -68,31 +90,35 @@ def main() -> None:
         ids, mask = fmt.encode(questions[:batch])
         flops, covered = matmul_throughput(model, batch)
         floor = 2 * params * batch * args.max_new / flops
-        t0 = time.perf_counter()
-        ro = sample(model, ids, mask, max_new_tokens=args.max_new, eos_token_id=-1, pad_token_id=tok.pad_token_id,
-                    generator=torch.Generator().manual_seed(0))  # fmt: skip
-        ours = time.perf_counter() - t0
-        assert int(ro.lengths.sum()) == batch * args.max_new
+
+        time_ours(model, tok, ids, mask, 4)  # warm-up
+        ours_s = time_ours(model, tok, ids, mask, args.max_new)
+        own = None
+        if args.own_cache:
+            inplace = rollout.inplace_cache
+            rollout.inplace_cache = lambda *a, **k: None  # the model makes its own DynamicCache
+            try:
+                own = time_ours(model, tok, ids, mask, args.max_new)
+            finally:
+                rollout.inplace_cache = inplace
         gen = None
         if not args.skip_generate:
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
-                                     top_p=1.0, max_new_tokens=args.max_new, min_new_tokens=args.max_new,
-                                     pad_token_id=tok.pad_token_id)  # fmt: skip
-            gen = time.perf_counter() - t0
-            assert out.shape[1] - ids.shape[1] == args.max_new
+            time_generate(model, tok, ids, mask, 4)
+            gen = time_generate(model, tok, ids, mask, args.max_new)
         row = {
             "batch": batch,
             "prompt_tokens": int(ids.shape[1]),
             "new_tokens": args.max_new,
-            "ours_s": round(ours, 1),
+            "ours_s": round(ours_s, 1),
+            "ours_own_cache_s": None if own is None else round(own, 1),
             "generate_s": None if gen is None else round(gen, 1),
             "floor_s": round(floor, 1),
             "matmul_gflops": round(flops / 1e9, 1),
-            "ours_over_floor": round(ours / floor, 2),
+            "ours_over_floor": round(ours_s / floor, 2),
             "generate_over_floor": None if gen is None else round(gen / floor, 2),
-            "ours_over_generate": None if gen is None else round(ours / gen, 2),
+            "ours_over_generate": None if gen is None else round(ours_s / gen, 2),
+            "own_cache_over_floor": None if own is None else round(own / floor, 2),
+            "load_average_1min": round(__import__("os").getloadavg()[0], 1),
             "params": params,
             "matmul_params_covered": covered,
             "threads": torch.get_num_threads(),

@@ -109,16 +109,10 @@ class TransformersBackend:
     ) -> list[Generation]:
         import torch
 
-        from dynashape.train.rollout import sample
+        from dynashape.train.rollout import left_pad, sample
 
         tok = self.tokenizer
-        rows = [list(it.prompt_ids) for it in batch.items]
-        width = max(map(len, rows))
-        ids = torch.full((len(rows), width), tok.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):  # left padding, as rollout.encode_prompts
-            ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-            mask[i, width - len(r) :] = 1
+        ids, mask = left_pad([it.prompt_ids for it in batch.items], tok.pad_token_id)
         generator = torch.Generator(device=torch.device(self.device))
         generator.manual_seed(batch.seed)
         ro = sample(
@@ -167,6 +161,8 @@ class VLLMBackend:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        if self.tokenizer.pad_token_id is None:  # prompts are encoded with the project's padding helper
+            self.tokenizer.pad_token = self.tokenizer.eos_token
         self.llm = LLM(model=model_dir, tokenizer=model_dir, seed=seed, **llm_kwargs)
         self.batch_size = batch_size
 
