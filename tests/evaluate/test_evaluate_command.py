@@ -156,6 +156,25 @@ def test_a_base_results_folder_is_read_and_must_share_the_settings(tiny_llama_di
         )
 
 
+def test_meds_protocol_takes_the_wrong_answers_fingerprints(tiny_llama_dir, tmp_path, monkeypatch):
+    """Under MEDS the transformers backend fingerprints the wrong answers: here a random model boxes nothing, so
+    every fingerprint is missing and the eigen ratio is None, said per benchmark; the capture itself ran."""
+    from dynashape.evaluate.protocols import get_protocol
+    from dynashape.evaluate.run import evaluate_checkpoint
+    from dynashape.train import evaluation
+
+    seen = []
+    real = evaluation.wrong_fingerprints
+    monkeypatch.setattr(evaluation, "wrong_fingerprints", lambda *a, **k: seen.append(k["layers"]) or real(*a, **k))
+    protocol = get_protocol("meds").with_overrides(samples=2, max_new_tokens=4)
+    res = evaluate_checkpoint(str(tiny_llama_dir), _benchmarks()[:1], protocol, tmp_path / "m",
+                              backend="transformers", max_problems=2, verifier=ParityVerifier())  # fmt: skip
+    bench = res["benchmarks"]["math500"]
+    assert seen == [2]  # one batch, the tiny model's 2 layers (of MEDS's 14)
+    assert bench["eigen_ratio"] is None and bench["fingerprinted_wrong"] == 0
+    assert set(bench["pass_at_k"]) == {"1", "2"} and res["protocol"]["eigen_ratio"] is True
+
+
 def test_the_transformers_backend_buckets_prompts_by_length():
     from dynashape.evaluate.backends import Item, TransformersBackend
 
