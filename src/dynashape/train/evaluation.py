@@ -13,13 +13,21 @@ import torch
 
 from dynashape.train.config import EvalConfig
 from dynashape.train.prompts import encode_questions
-from dynashape.train.rollout import sample
+from dynashape.train.rollout import Rollouts, sample
 from dynashape.world.base import Problem, Samples, World
 
 EVAL_FORMAT = 2
 """Layout version of ``evaluate``'s result (2: with ``per_problem``); it keys the cached base evaluations."""
 
-__all__ = ["EVAL_FORMAT", "Samples", "evaluate", "passk_problems", "sample_responses", "select_problems"]
+__all__ = [
+    "EVAL_FORMAT",
+    "Samples",
+    "evaluate",
+    "passk_problems",
+    "sample_responses",
+    "select_problems",
+    "wrong_fingerprints",
+]
 
 
 @torch.no_grad()
@@ -45,10 +53,6 @@ def sample_responses(
 
     ``prompt_format`` (``train.prompts.PromptFormat``) renders the prompts as in training; None sends the problem
     text after the tokenizer's BOS. ``bar`` (``train.progress.progress_bar``) counts finished rollouts."""
-    from dynashape.meds.capture import FingerprintCapture
-    from dynashape.meds.positions import answer_positions, answer_targets
-    from dynashape.train.rollout import sequence_logprobs
-
     if not problems:
         raise ValueError("problems must not be empty")
     model.eval()
@@ -84,21 +88,7 @@ def sample_responses(
         length_parts.append(ro.lengths.cpu().numpy())
         trunc_parts.append(ro.truncated.cpu().numpy())
         if fingerprint_layers is not None:
-            fp = np.full((len(chunk), fingerprint_layers), np.nan)
-            wrong = torch.as_tensor(np.flatnonzero(~correct), dtype=torch.long)
-            if len(wrong):
-                sub = ro.select(wrong.to(ro.lengths.device))
-                pos = answer_positions(sub.response_ids, tokenizer, response_mask=sub.response_mask)
-                width = sub.prompt_ids.shape[1]
-                with FingerprintCapture(
-                    model,
-                    torch.where(pos >= 0, pos + width, -1),
-                    answer_targets(sub.response_ids, pos),
-                    layers=fingerprint_layers,
-                ) as capture:
-                    sequence_logprobs(model, sub)
-                fp[wrong.numpy()] = capture.result().float().cpu().numpy()
-            fp_parts.append(fp)
+            fp_parts.append(wrong_fingerprints(model, tokenizer, ro, ~correct, layers=fingerprint_layers))
     return Samples(
         flat,
         texts,
@@ -122,6 +112,39 @@ def passk_problems(problems: Sequence[Problem], cfg: EvalConfig, world: World) -
             f"(split {cfg.split!r}, max_problems {cfg.max_problems}): {missing[:5]}"
         )
     return [by_key[k] for k in cfg.passk_keys]
+
+
+@torch.no_grad()
+def wrong_fingerprints(
+    model: torch.nn.Module, tokenizer: Any, rollouts: Rollouts, wrong: np.ndarray, *, layers: int
+) -> np.ndarray:
+    """MEDS fingerprints (spec meds.md section 1) of the ``wrong`` rollouts, from one forward over those rows
+    only, as the trainer's capture takes them.
+
+    Args:
+        rollouts: N sampled responses (``rollout.sample``).
+        wrong: bool [N], the rows to fingerprint.
+        layers: the last ``layers`` decoder layers.
+
+    Returns:
+        float64 [N, layers]: NaN on the other rows and on wrong rows without a boxed answer.
+    """
+    from dynashape.meds.capture import FingerprintCapture
+    from dynashape.meds.positions import answer_positions, answer_targets
+    from dynashape.train.rollout import sequence_logprobs
+
+    fp = np.full((len(wrong), layers), np.nan)
+    index = torch.as_tensor(np.flatnonzero(wrong), dtype=torch.long)
+    if len(index):
+        sub = rollouts.select(index.to(rollouts.lengths.device))
+        pos = answer_positions(sub.response_ids, tokenizer, response_mask=sub.response_mask)
+        width = sub.prompt_ids.shape[1]
+        with FingerprintCapture(
+            model, torch.where(pos >= 0, pos + width, -1), answer_targets(sub.response_ids, pos), layers=layers
+        ) as capture:
+            sequence_logprobs(model, sub)
+        fp[index.numpy()] = capture.result().float().cpu().numpy()
+    return fp
 
 
 def select_problems(problems: Sequence[Problem], count: int | None) -> list[Problem]:

@@ -16,7 +16,17 @@ from typing import Any
 
 import torch
 
-__all__ = ["Rollouts", "TokenStats", "concat_rollouts", "encode_prompts", "sample", "sequence_logprobs"]
+from dynashape.train.kv_cache import inplace_cache
+
+__all__ = [
+    "Rollouts",
+    "TokenStats",
+    "concat_rollouts",
+    "encode_prompts",
+    "left_pad",
+    "sample",
+    "sequence_logprobs",
+]
 
 
 @dataclass(frozen=True)
@@ -59,11 +69,16 @@ def encode_prompts(
     """Left-padded prompt ids and mask [N, P]; a BOS token is prepended when the tokenizer has one."""
     bos = [tokenizer.bos_token_id] if add_bos and tokenizer.bos_token_id is not None else []
     rows = [bos + tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    return left_pad(rows, tokenizer.pad_token_id)
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id rows as left-padded ids and mask [N, P] (P = the longest row): every last token in one column."""
     width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        ids[i, width - len(r) :] = torch.tensor(list(r), dtype=torch.long)
         mask[i, width - len(r) :] = 1
     return ids, mask
 
@@ -123,12 +138,16 @@ def sample(
     # The attention mask of every position a row can reach; step t passes the first p + t + 1 columns.
     full_mask = torch.zeros((n, p + max_new_tokens), dtype=prompt_mask.dtype, device=device)
     full_mask[:, :p] = prompt_mask
+    # keys and values written in place into buffers sized for the whole rollout (same values as the model's own
+    # cache, without its per-token copy); None: the model makes its own
+    cache = inplace_cache(model.config, p + max_new_tokens) if hasattr(model, "config") else None
     out = model(
         input_ids=prompt_ids,
         attention_mask=prompt_mask,
         position_ids=_positions(prompt_mask),
         use_cache=True,
         logits_to_keep=1,
+        **({} if cache is None else {cache_kw: cache}),
     )
     kv = _cache_of(out)
     logits = out.logits[:, -1]
