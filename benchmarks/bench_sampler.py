@@ -11,7 +11,7 @@ instruction), left-padded to one batch. Every row writes exactly ``--max-new`` t
 * floor: 2 x parameters x generated tokens / the matmul throughput measured here, in the same process, with the
   model's own shapes (every linear layer of one decoding step, the tied unembedding included, at that batch).
 
-    .venv/bin/python benchmarks/bench_sampler.py --batch 8 32 --max-new 64 --own-cache
+    .venv/bin/python benchmarks/bench_sampler.py --batch 32 8 --max-new 256   # the issue's setting; docs/real-models.md
 
 A 4-token call of each sampler first warms the process up (allocator, kernels), outside the timings.
 """

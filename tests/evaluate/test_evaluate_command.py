@@ -247,5 +247,5 @@ def test_smollm2_135m_on_twenty_gsm8k_problems_under_lead_with_itself_as_base(tm
     )
     assert (gsm["n_problems"], gsm["n_samples"]) == (20, 3)
     assert res["protocol"]["temperature"] == 0.8 and res["protocol"]["top_p"] == 0.9
-    assert gsm["aes"] is None or gsm["aes"]["value"] == 0.0
+    assert gsm["aes"]["value"] == 0.0  # the base is the model: no change in accuracy or length (0 vs 0 too)
     assert gsm["truncation_rate"] < 0.9  # the chat template makes the instruct model end its answers
