@@ -67,8 +67,9 @@ def _template(args: argparse.Namespace, eval_defaults: Any = None) -> tuple[Any,
     for flag, field_name in (("eval_samples", "n_samples"), ("eval_max_new_tokens", "max_new_tokens")):
         if getattr(args, flag, None) is not None:
             parts["eval"] = dataclasses.replace(parts.get("eval", base.eval), **{field_name: getattr(args, flag)})
-    template = RunConfig(
-        model_path=args.model, data_path=args.data, device=args.device, cache_dir=args.cache_dir, **parts
+    # every section starts from ``base`` (so a plan's evaluation reaches the runs), the command line's on top
+    template = dataclasses.replace(
+        base, model_path=args.model, data_path=args.data, device=args.device, cache_dir=args.cache_dir, **parts
     )
     return template, train_kw
 

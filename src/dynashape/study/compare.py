@@ -36,6 +36,7 @@ from dynashape.study.claims import BEST_GLOBAL, GLOBAL_THRESHOLD_BASELINES
 from dynashape.study.presets import make_train_config, tuning_grids, tuning_overrides
 from dynashape.study.scheduler import Job, Outcome, Placement, default_jobs, prepare, run_jobs
 from dynashape.train.config import RunConfig
+from dynashape.train.run_folder import read_history
 
 __all__ = [
     "BEST_GLOBAL",
@@ -383,8 +384,22 @@ def _record(outcome: Outcome, spec: RunSpec, out: Path) -> dict[str, Any]:
         "run_dir": str(outcome.job.run_dir.relative_to(out)),
         "status": outcome.status,
         "seconds": outcome.seconds,
+        **_trained_by(outcome.job.run_dir),
         "eval": outcome.eval,
     }
+
+
+def _trained_by(run_dir: Path) -> dict[str, Any]:
+    """From the run's history.jsonl: ``resumes``, the step of every invocation that began mid-run (a run that
+    was killed and resumed, however many times and whichever invocation of the study finished it), and
+    ``commits``, the code of every invocation that trained it (``"<sha>+dirty"`` for uncommitted source)."""
+    history = read_history(run_dir)
+    commits = []
+    for entry in history:
+        name = f"{entry.get('commit')}{'+dirty' if entry.get('dirty') else ''}"
+        if name not in commits:
+            commits.append(name)
+    return {"resumes": [e["from_step"] for e in history if e["from_step"] > 0], "commits": commits}
 
 
 def run_comparison(

@@ -56,7 +56,7 @@ __all__ = [
     "run_jobs",
 ]
 
-RESULT_FILES = ("config.yaml", "eval_base.json", "metrics.jsonl", "eval.json")
+RESULT_FILES = ("config.yaml", "eval_base.json", "metrics.jsonl", "history.jsonl", "eval.json")
 """The run folder's files a task sends back to the driver (what a comparison keeps of each run; eval.json last,
 since its presence marks the run finished)."""
 CANCEL_GRACE_SECONDS = 20.0

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dynashape.provenance import code_version
 from dynashape.train import checkpoint as ckpt
 from dynashape.train.base_model import Base, base_eval_for_run, evaluate_held_out, load_base, prompt_format
 from dynashape.train.config import RunConfig
@@ -93,6 +94,11 @@ def train(
                 and previous.get("split", "test") == cfg.eval.split
             ):
                 return RunResult(folder.root, previous, metrics, resumed_from)
+        # which code trained which steps: a study resumed across sessions must be able to say
+        folder.append_history(
+            {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "from_step": trainer.step_index}
+            | code_version()
+        )
         _train_steps(folder, trainer, cfg, cfg_hash, metrics, progress=progress, stop_after=stop_after, on_step=on_step)
         if trainer.step_index < cfg.train.steps:
             return RunResult(folder.root, None, metrics, resumed_from)

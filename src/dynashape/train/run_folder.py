@@ -5,6 +5,7 @@
     run_dir/checkpoints/step_N/  model, optimiser, RNG, data position, shaper state (``checkpoint``)
     run_dir/eval_base.json       the base model's held-out evaluation (and its seconds), written before training
     run_dir/eval.json            base vs final on the held-out split, AES
+    run_dir/history.jsonl        one line per invocation that trained: its start, the step it began at, the code
     run_dir/report.md, *.png     plots (``train.report``)
     run_dir/tb/                  TensorBoard scalars, when tensorboard is installed (``dynashape[tensorboard]``)
     run_dir/.lock, .lock.pid     the lock a training run holds on the folder, and the pid of its holder
@@ -23,7 +24,7 @@ from typing import Any
 from dynashape import state
 from dynashape.train import checkpoint as ckpt
 
-__all__ = ["RunFolder", "read_metrics"]
+__all__ = ["RunFolder", "read_history", "read_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,22 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, float]]:
     return out
 
 
+def read_history(run_dir: str | Path) -> list[dict[str, Any]]:
+    """history.jsonl of a run (one object per invocation that trained it: ``started``, ``from_step`` and the
+    code's ``version``, ``commit``, ``dirty``); [] for a run that has none (written before it existed)."""
+    path = Path(run_dir) / "history.jsonl"
+    if not path.exists():
+        return []
+    out = []
+    for i, line in enumerate(path.read_text().splitlines()):
+        if line.strip():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise state.StateFileError(path, f"line {i + 1} is not JSON ({err})") from err
+    return out
+
+
 class RunFolder:
     """The files of one run folder (``run_dir``), each written whole or not at all."""
 
@@ -56,6 +73,7 @@ class RunFolder:
         self.metrics_path = self.root / "metrics.jsonl"
         self.eval_path = self.root / "eval.json"
         self.eval_base_path = self.root / "eval_base.json"
+        self.history_path = self.root / "history.jsonl"
 
     def create(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -96,6 +114,16 @@ class RunFolder:
 
     def rewrite_metrics(self, metrics: list[dict[str, float]]) -> None:
         state.write_text(self.metrics_path, "".join(json.dumps(m) + "\n" for m in metrics))
+
+    # -- history -----------------------------------------------------------------------------------------
+    def read_history(self) -> list[dict[str, Any]]:
+        """The invocations that trained this run, oldest first (``append_history``)."""
+        return read_history(self.root)
+
+    def append_history(self, entry: dict[str, Any]) -> None:
+        """Add one invocation's line (rewritten whole, so a kill leaves the old file or the new one)."""
+        lines = [json.dumps(e) for e in self.read_history()] + [json.dumps(entry)]
+        state.write_text(self.history_path, "".join(line + "\n" for line in lines))
 
     # -- evaluations -------------------------------------------------------------------------------------
     def read_eval(self) -> dict[str, Any] | None:

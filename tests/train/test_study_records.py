@@ -1,0 +1,47 @@
+"""What a study records of its runs: the plan's evaluation in the runs' configs, every resume, the code's commit."""
+
+from __future__ import annotations
+
+import subprocess
+
+from dynashape import cli
+from dynashape.provenance import code_version
+from dynashape.study import followup
+from dynashape.study.compare import COMPARISON_PLAN, _trained_by
+from dynashape.train.run import train
+from dynashape.train.run_folder import read_history
+
+
+def test_a_plans_evaluation_is_in_the_template_without_any_eval_flag():
+    """The v2 plan's evaluation (16 samples, 64 on the 40-key subset) reaches the template its runs are made
+    from when the command line sets no eval.* field; a command-line eval field still wins."""
+    args = cli.build_parser().parse_args(["compare", "--plan", "v2", "--out", "x"])
+    template, _ = cli._template(args, COMPARISON_PLAN["v2"].eval)
+    registered = followup.eval_overrides()
+    assert template.eval.n_samples == registered["n_samples"] == 16
+    assert template.eval.passk_samples == 64
+    assert template.eval.passk_keys == registered["passk_keys"] and len(template.eval.passk_keys) == 40
+    args = cli.build_parser().parse_args(["compare", "--plan", "v2", "--out", "x", "--set", "eval.batch_size=8"])
+    template, _ = cli._template(args, COMPARISON_PLAN["v2"].eval)
+    assert (template.eval.batch_size, template.eval.n_samples) == (8, 16)
+
+
+def test_history_records_every_invocation_and_its_code(tiny_config, parity_verifier, tmp_path):
+    cfg = tiny_config("grpo", steps=4, checkpoint_every=2)
+    train(cfg, tmp_path / "run", progress=False, stop_after=3, verifier=parity_verifier, report=False)
+    train(cfg, tmp_path / "run", progress=False, verifier=parity_verifier, report=False)
+    history = read_history(tmp_path / "run")
+    assert [h["from_step"] for h in history] == [0, 2]  # killed after step 3, resumed from the step-2 checkpoint
+    assert all(h["commit"] == code_version()["commit"] for h in history)
+    train(cfg, tmp_path / "run", progress=False, verifier=parity_verifier, report=False)  # finished: no line
+    assert len(read_history(tmp_path / "run")) == 2
+    record = _trained_by(tmp_path / "run")
+    assert record["resumes"] == [2]
+    assert len(record["commits"]) == 1
+
+
+def test_code_version_is_this_checkout_head():
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+    version = code_version()  # the tests run from the project's checkout (an editable install)
+    assert version["commit"] == head and len(head) == 40
+    assert isinstance(version["dirty"], bool)
