@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from dynashape.study import followup
-from dynashape.study.results import write_results
+from dynashape.study.evaluation_check import EvaluationMismatchError
+from dynashape.study.followup_results import post_hoc_reading
+from dynashape.study.pages import write_page as write_results
 from dynashape.study.results_page import CLAIMS_BEGIN, CLAIMS_END
 
 
@@ -34,6 +37,12 @@ ROWS = {
 }
 
 
+def _write_eval_config(run_dir, eval_fields):
+    """The eval section of the config.yaml a run writes (the check reads it, never the plan object)."""
+    ev = {k: list(v) if isinstance(v, tuple) else v for k, v in eval_fields.items()}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"eval": ev}))
+
+
 @pytest.fixture
 def v2_folder(tmp_path):
     out = tmp_path / "cmp"
@@ -43,6 +52,7 @@ def v2_folder(tmp_path):
             run_dir = out / "runs" / "tight" / f"{method}-seed{5 + i}"
             run_dir.mkdir(parents=True)
             (run_dir / "eval.json").write_text(json.dumps(_ev(aes, acc)))
+            _write_eval_config(run_dir, followup.eval_overrides())
             records.append(
                 {"method": method, "regime": "tight", "seed": 5 + i, "split": "test", "point": "",
                  "run_dir": str(run_dir.relative_to(out)), "status": "trained"}
@@ -86,3 +96,64 @@ def test_a_v2_folder_gets_the_followup_page_with_holm_verdicts(v2_folder, tmp_pa
     assert "### Power analysis (kept)" in report.read_text()
     if pytest.importorskip("matplotlib"):
         assert report.parent / "results-v2" / "paired_differences.png" in written
+
+
+def test_runs_evaluated_otherwise_than_registered_are_named_and_get_no_verdict(v2_folder, tmp_path):
+    """Two runs that wrote 4 samples and v1's subset (what the as-run v2 did): refused, naming the fields, values
+    and runs; with deviating=True the page is written, marked, and the JSON keeps every run's own settings."""
+    for name in ("lead-seed5", "grpo-seed7"):
+        _write_eval_config(v2_folder / "runs" / "tight" / name, {"n_samples": 4})
+    report = tmp_path / "results-v2.md"
+    with pytest.raises(EvaluationMismatchError) as err:
+        write_results(v2_folder, report)
+    message = str(err.value)
+    assert "2 runs" in message and "runs/tight/grpo-seed7" in message and "runs/tight/lead-seed5" in message
+    assert "n_samples 4 where the plan has 16" in message and "passk_keys null where the plan has 40 keys" in message
+    assert not report.exists()  # nothing written
+    write_results(v2_folder, report, deviating=True)
+    text = report.read_text()
+    assert "## Deviation from the registration" in text and "marked as deviating**: 2 of the 18" in text
+    data = json.loads(report.with_suffix(".json").read_text())
+    assert data["evaluation"]["plan"]["n_samples"] == 16 and len(data["evaluation"]["plan"]["passk_keys"]) == 40
+    assert data["evaluation"]["runs"]["runs/tight/lead-seed5"]["n_samples"] == 4
+    assert data["evaluation"]["runs"]["runs/tight/lead-seed6"]["n_samples"] == 16
+    assert data["evaluation"]["deviating_runs"] == ["runs/tight/grpo-seed7", "runs/tight/lead-seed5"]
+
+
+def test_a_matching_folder_is_not_marked_and_hand_written_notes_are_kept(v2_folder, tmp_path):
+    report = tmp_path / "results-v2.md"
+    write_results(v2_folder, report)
+    assert "Deviation from the registration" not in report.read_text()
+    text = report.read_text().replace(
+        "## Verdicts", "## Deviation from the registration\n\n<!-- notes:begin -->\nWhy, by hand.\n<!-- notes:end -->"
+        "\n\n## Verdicts"
+    )
+    report.write_text(text)
+    write_results(v2_folder, report)
+    again = report.read_text()
+    assert again.count("<!-- notes:begin -->\nWhy, by hand.\n<!-- notes:end -->") == 1
+    assert "Every finished run's config.yaml has the registered evaluation." in again
+
+
+@pytest.mark.parametrize(
+    ("relation", "bound", "margin", "interval", "power", "expected"),
+    [
+        # b1 as run: lead - grpo length < 0, margin 2: hoped for -2; [0.3, 1.8] lies above it, power 0.9
+        ("<", 0.0, 2.0, [0.3, 1.8], 0.9, "excludes the hoped-for effect -2"),
+        # d1: > 0, margin 0.05: hoped for +0.05; [-0.029, 0.017] lies below it
+        (">", 0.0, 0.05, [-0.029, 0.017], 0.9, "excludes the hoped-for effect +0.05"),
+        (">", 0.0, 0.05, [-0.029, 0.06], 0.9, None),  # the interval reaches the hoped-for effect
+        (">", 0.0, 0.05, [-0.029, 0.017], 0.5, None),  # too little power to read anything into it
+    ],
+)
+def test_post_hoc_reading_only_for_powered_parts_whose_interval_excludes_the_hoped_effect(
+    relation, bound, margin, interval, power, expected
+):
+    part = {"verdict": "inconclusive", "relation": relation, "bound": bound, "margin": margin,
+            "interval": interval, "power": power}  # fmt: skip
+    reading = post_hoc_reading(part)
+    if expected is None:
+        assert reading is None
+    else:
+        assert reading.startswith("post hoc, not a verdict") and expected in reading
+    assert post_hoc_reading({**part, "verdict": "holds"}) is None

@@ -200,6 +200,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("results", help="(re)write results.md / results.json / plots from a comparison folder")
     p.add_argument("out", help="the comparison folder (dynashape compare --out)")
     p.add_argument("--report", default=None, help="results markdown path (default OUT/results.md)")
+    p.add_argument(
+        "--deviating",
+        action="store_true",
+        help="write the page although some runs were evaluated otherwise than the plan registered, marked as "
+        "deviating (without it such a folder is refused, naming the runs and fields)",
+    )
 
     p = sub.add_parser(
         "eval", help="evaluate a run folder's last checkpoint on the held-out split (at the run's own budget)"
@@ -358,15 +364,15 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 1 if result["failed"] else 0
 
 
-def _write_results(out: Path, report: str | None) -> None:
-    from dynashape.study.results import write_results
+def _write_results(out: Path, report: str | None, *, deviating: bool = False) -> None:
+    from dynashape.study.pages import write_page
 
-    paths = write_results(out, Path(report) if report else out / "results.md")
+    paths = write_page(out, Path(report) if report else out / "results.md", deviating=deviating)
     print("results: " + ", ".join(str(p) for p in paths), flush=True)
 
 
 def _cmd_results(args: argparse.Namespace) -> int:
-    _write_results(Path(args.out), args.report)
+    _write_results(Path(args.out), args.report, deviating=args.deviating)
     return 0
 
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import sys
+import time
+
+import pytest
+import yaml
 
 from dynashape import cli
 from dynashape.provenance import code_version
@@ -45,3 +51,32 @@ def test_code_version_is_this_checkout_head():
     version = code_version()  # the tests run from the project's checkout (an editable install)
     assert version["commit"] == head and len(head) == 40
     assert isinstance(version["dirty"], bool)
+
+
+@pytest.mark.slow  # one base evaluation at the registered 16 + 64 samples: a minute alone, more on a busy machine
+def test_compare_plan_v2_through_the_cli_writes_the_registered_evaluation_into_a_runs_config(tmp_path):
+    """A real `dynashape compare --plan v2` with no eval flag (the as-run v2's command): the config.yaml its first
+    run writes has the registered evaluation. Stopped by SIGTERM once that file exists (the study is resumable; the
+    test needs the file, not the run)."""
+    from lock_holder import child_env
+
+    out = tmp_path / "v2"
+    argv = [sys.executable, "-m", "dynashape.cli", "compare", "--plan", "v2", "--methods", "grpo", "--regime", "tight"]
+    argv += ["--seeds", "5,", "--jobs", "1", "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    config = out / "runs" / "tight" / "grpo-seed5" / "config.yaml"
+    proc = subprocess.Popen(argv, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 1500  # one base evaluation at 16 + 64 samples first
+        while not config.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the compare ended before writing a config"
+            time.sleep(0.2)
+        written = yaml.safe_load(config.read_text())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    registered = followup.eval_overrides()
+    assert written["eval"]["n_samples"] == 16 and written["eval"]["passk_samples"] == 64
+    assert written["eval"]["passk_keys"] == list(registered["passk_keys"]) and len(registered["passk_keys"]) == 40

@@ -9,6 +9,7 @@ results regenerate at any time ("n seeds so far").
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,13 @@ from dynashape.study.results import SUMMARY_METRICS, build_results, json_clean, 
 from dynashape.study.results_page import (
     CLAIMS_BEGIN,
     CLAIMS_END,
+    NOTES_BEGIN,
+    NOTES_END,
+    deviation_lines,
     fmt_clock,
     fmt_interval,
     fmt_value,
+    kept_block,
     kept_claims,
     summary_cells,
 )
@@ -39,8 +44,11 @@ FOLLOWUP_METRICS = (
 )
 
 
-def build_followup_results(out: str | Path, *, n_boot: int = 2000) -> dict[str, Any]:
-    """Everything results-v2.json holds, from the follow-up's folder ``out``."""
+def build_followup_results(
+    out: str | Path, *, n_boot: int = 2000, evaluation: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Everything results-v2.json holds, from the follow-up's folder ``out``; ``evaluation``: the registered and
+    each run's own evaluation settings (``pages.evaluation_record``), kept beside the plan's."""
     results = build_results(out, n_boot=n_boot, summary_metrics=FOLLOWUP_METRICS, best_global=V1_BEST_GLOBAL)
     runs = runs_by_row(load_runs(out))
     meta = state.read_json(Path(out) / "comparison.json")
@@ -72,14 +80,47 @@ def build_followup_results(out: str | Path, *, n_boot: int = 2000) -> dict[str, 
             },
         }
     )
+    if evaluation is not None:
+        results["evaluation"] = dict(evaluation)
+    for claim in results["claims"]:
+        for part in claim["parts"]:
+            part["post_hoc"] = post_hoc_reading(part)
     results.pop("tuning", None)  # nothing is tuned: the fixed values are in plan.fixed
     results.pop("published", None)
     return results
 
 
+POST_HOC_POWER = 0.8
+"""The observed power from which an inconclusive part whose interval excludes the hoped-for effect gets a post-hoc
+reading (never a verdict: the registered rule has no futility verdict)."""
+
+
+def hoped_effect(part: Mapping[str, Any]) -> float:
+    """The effect a part hoped for: the bound moved by the margin for superiority (``>`` / ``<``), the bound of
+    no difference (0) for non-inferiority (``>=`` / ``<=``)."""
+    relation, bound, margin = part["relation"], part["bound"], part["margin"]
+    return {">": bound + margin, "<": bound - margin}.get(relation, 0.0)
+
+
+def post_hoc_reading(part: Mapping[str, Any]) -> str | None:
+    """A reading of an inconclusive part with high observed power whose 95 % interval lies wholly on the far side
+    of the hoped-for effect, marked as post hoc; None for every other part."""
+    if part["verdict"] != "inconclusive" or part["interval"] is None or (part["power"] or 0) < POST_HOC_POWER:
+        return None
+    lo, hi = part["interval"]
+    hoped = hoped_effect(part)
+    wants_up = part["relation"] in (">", ">=")
+    if (wants_up and hi < hoped) or (not wants_up and lo > hoped):
+        return (
+            f"post hoc, not a verdict: with observed power {part['power']:.2f} at the margin, the interval "
+            f"[{lo:.3g}, {hi:.3g}] excludes the hoped-for effect {hoped:+.3g}"
+        )
+    return None
+
+
 def _verdict_lines(results: Mapping[str, Any]) -> list[str]:
     lines = [
-        "| claim / part | comparison | estimate | 95 % t-interval | bound (margin) | p | Holm p | n | power "
+        "| claim / part | comparison | estimate | 95 % t-interval | bound (margin) | p | Holm p | n | observed power "
         "| verdict |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -95,6 +136,10 @@ def _verdict_lines(results: Mapping[str, Any]) -> list[str]:
                 f"({p['margin']:g}) | {fmt_value(p['p_value'], 4)} | {fmt_value(p['p_adjusted'], 4)} | {p['n']} | "
                 f"{fmt_value(p['power'], 2)} | {p['verdict']}{note} |"
             )
+    readings = [(p["part"], p["post_hoc"]) for c in results["claims"] for p in c["parts"] if p.get("post_hoc")]
+    if readings:
+        lines += ["", "Post-hoc readings (not verdicts; the registered rule has none of this kind):", ""]
+        lines += [f"- {part}: {text}." for part, text in readings]
     return lines
 
 
@@ -128,8 +173,9 @@ def _summary_lines(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def followup_markdown(results: Mapping[str, Any], kept: str, plots: Sequence[str] = ()) -> str:
-    """The follow-up's page: ``kept`` (the pre-registration) verbatim, then verdicts, tables and plots."""
+def followup_markdown(results: Mapping[str, Any], kept: str, plots: Sequence[str] = (), notes: str = "") -> str:
+    """The follow-up's page: ``kept`` (the pre-registration) verbatim, the deviation from it (generated from the
+    runs' own evaluation settings, with the hand-written ``notes`` kept verbatim), then verdicts, tables, plots."""
     seeds_of = {(r["regime"], r["method"]): r["n"] for r in results["summary"]}
     machine = results.get("machine") or {}
     lines = [
@@ -137,9 +183,14 @@ def followup_markdown(results: Mapping[str, Any], kept: str, plots: Sequence[str
         "",
         "The first comparison ([results.md](results.md), 187 runs) could decide one part of one claim. This one asks "
         "the same questions with margins, a power analysis, a quieter evaluation and more seeds, all fixed in the "
-        "section below before its first run. Generated by `dynashape results results/comparison-v2 --report "
-        "docs/results-v2.md`; the pre-registered section is kept verbatim, everything below it is rewritten from "
-        "the runs.",
+        f"section below before its first run. Generated by `dynashape results {results.get('folder') or 'OUT'} "
+        "--report docs/results-v2.md`; the pre-registered section is kept verbatim, everything below it is rewritten "
+        "from the runs."
+        + (
+            " **These runs deviate from the registered evaluation**: see the section after the registration."
+            if (results.get("evaluation") or {}).get("deviations")
+            else ""
+        ),
         "",
         CLAIMS_BEGIN,
         kept.rstrip("\n"),
@@ -150,12 +201,14 @@ def followup_markdown(results: Mapping[str, Any], kept: str, plots: Sequence[str
     ]
     planned = sum((results["plan"].get("row_seeds") or {}).values())
     done = results.get("finished_runs", 0)
+    lines += deviation_lines(results.get("evaluation"), notes)
     if done < planned:
         lines += [f"Partial results: {done} of the {planned} planned runs so far; verdicts are provisional.", ""]
     lines += _verdict_lines(results)
     lines += [
         "",
-        "Power: what the part's seeds gave at its margin with its own observed sd, at the planning level "
+        "Observed power: what the part's seeds gave at its margin with its own observed sd (not the planned "
+        "power, which used v1's sd), at the planning level "
         f"{followup.planning_alpha():g}. The controls: grpo, and v1's best_global "
         + ", ".join(f"{m} ({r})" for r, m in sorted(results["best_global"].items()))
         + ", trained at v1's tuned values.",
@@ -172,7 +225,8 @@ def followup_markdown(results: Mapping[str, Any], kept: str, plots: Sequence[str
         f"- Wall time (all invocations): {fmt_clock(results.get('wall_seconds'))}; the runs' own time summed: "
         f"{fmt_clock(results.get('run_seconds'))} over {done} finished runs, {results.get('jobs') or 'n/a'} at a time; "
         "machine: " + (", ".join(f"{k} {v}" for k, v in machine.items()) or "n/a"),
-        f"- Seeds per row so far: {', '.join(f'{m} ({r}) {n}' for (r, m), n in sorted(seeds_of.items())) or 'none'}.",
+        f"- Seeds per row{' so far' if done < planned else ''}: "
+        f"{', '.join(f'{m} ({r}) {n}' for (r, m), n in sorted(seeds_of.items())) or 'none'}.",
         f"- Base model sha256 `{results['plan']['base_sha256']}`; every number of this page, each part's per-seed "
         "differences included, is in the JSON beside it.",
         "",
@@ -183,56 +237,64 @@ def followup_markdown(results: Mapping[str, Any], kept: str, plots: Sequence[str
 
 
 def plot_paired_differences(results: Mapping[str, Any], folder: Path) -> list[Path]:
-    """One panel per part: each seed's paired difference, the mean with its 95 % t-interval, the bound."""
+    """One panel per part: each seed's paired difference, the mean with its 95 % t-interval, the part's bound
+    (where the test is made), the effect it hoped for (the margin), and its Holm-adjusted p and verdict."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.lines import Line2D
 
     parts = [p for c in results["claims"] for p in c["parts"]]
     if not any(p["n"] for p in parts):
         return []
     cols = 5
-    fig, axes = plt.subplots(-(-len(parts) // cols), cols, figsize=(15, 3.2 * -(-len(parts) // cols)), squeeze=False)
+    nrows = -(-len(parts) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(16, 4.6 * nrows), squeeze=False)
     for ax, p in zip(axes.flat, parts):
         d = np.array(p["differences"], dtype=float)
-        x = np.linspace(-0.15, 0.15, len(d)) if len(d) > 1 else np.zeros(len(d))
-        ax.scatter(x, d, s=14, color="tab:blue", alpha=0.7)
+        x = np.linspace(-0.2, 0.2, len(d)) if len(d) > 1 else np.zeros(len(d))
+        ax.scatter(x, d, s=16, color="tab:blue", alpha=0.7)
         if p["interval"] is not None:
             lo, hi = p["interval"]
-            ax.errorbar([0.4], [p["estimate"]], yerr=[[p["estimate"] - lo], [hi - p["estimate"]]], fmt="D",
+            ax.errorbar([0.45], [p["estimate"]], yerr=[[p["estimate"] - lo], [hi - p["estimate"]]], fmt="D",
                         color="black", capsize=4)  # fmt: skip
-        ax.axhline(p["bound"], color="tab:red", linestyle="--", linewidth=1)
-        if p["bound"] != 0:
-            ax.axhline(0, color="grey", linewidth=0.6)
-        ax.set_xlim(-0.5, 0.7)
+        ax.axhline(p["bound"], color="tab:red", linestyle="--", linewidth=1.2)
+        hoped = hoped_effect(p)
+        if hoped != p["bound"]:
+            ax.axhline(hoped, color="tab:green", linestyle=":", linewidth=1.6)
+        ax.set_xlim(-0.5, 0.75)
         ax.set_xticks([])
-        ax.set_title(f"{p['part']}: {p['treatment']} - {p['control']} {p['relation']}\n{p['verdict']} (n={p['n']})",
-                     fontsize=8)  # fmt: skip
-        ax.set_ylabel(METRICS[p["metric"]].split(" (")[0], fontsize=7)
+        holm = "n/a" if p.get("p_adjusted") is None else f"{p['p_adjusted']:.2g}"
+        what = textwrap.fill(f"{p['part']}: {p['treatment']} − {p['control']} ({p['regime']})", 30)
+        ax.set_title(f"{what}\n{p['relation']} {p['bound']:g}, Holm p {holm}\n{p['verdict']} (n={p['n']})",
+                     fontsize=10)  # fmt: skip
+        ax.set_ylabel(textwrap.fill(METRICS[p["metric"]].split(" (")[0], 34), fontsize=9)
+        ax.tick_params(labelsize=9)
     for ax in list(axes.flat)[len(parts) :]:
         ax.axis("off")
-    from matplotlib.lines import Line2D
-
     handles = [
         Line2D([], [], marker="o", linestyle="", color="tab:blue", label="one seed's paired difference"),
         Line2D([], [], marker="D", color="black", label="mean, 95 % t-interval"),
-        Line2D([], [], linestyle="--", color="tab:red", label="the part's bound (margin)"),
+        Line2D([], [], linestyle="--", color="tab:red", label="the part's bound (what is tested)"),
+        Line2D([], [], linestyle=":", color="tab:green", label="the effect hoped for (bound and margin)"),
     ]
-    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, bbox_to_anchor=(0.5, 0.0))
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=10, bbox_to_anchor=(0.5, 0.0))
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "paired_differences.png"
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return [path]
 
 
-def write_followup_results(out: str | Path, report: str | Path, *, n_boot: int = 2000) -> list[Path]:
+def write_followup_results(
+    out: str | Path, report: str | Path, *, n_boot: int = 2000, evaluation: Mapping[str, Any] | None = None
+) -> list[Path]:
     """Write the follow-up's page ``report``, its JSON (same stem) and plots (folder of the same stem)."""
     report = Path(report)
-    results = build_followup_results(out, n_boot=n_boot)
+    results = build_followup_results(out, n_boot=n_boot, evaluation=evaluation)
     plot_dir = report.with_suffix("")
     written: list[Path] = []
     try:
@@ -250,5 +312,5 @@ def write_followup_results(out: str | Path, report: str | Path, *, n_boot: int =
     rel = [str(p.relative_to(report.parent)) for p in written]
     report.parent.mkdir(parents=True, exist_ok=True)
     state.write_text(report.with_suffix(".json"), json.dumps(json_clean(results), indent=1, allow_nan=False))
-    state.write_text(report, followup_markdown(results, kept, rel))
+    state.write_text(report, followup_markdown(results, kept, rel, notes=kept_block(report, NOTES_BEGIN, NOTES_END)))
     return [report, report.with_suffix(".json"), *written]

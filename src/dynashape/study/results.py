@@ -252,16 +252,16 @@ def build_results(
     }
 
 
-def write_results(out: str | Path, report: str | Path, *, n_boot: int = 2000) -> list[Path]:
+def write_results(
+    out: str | Path, report: str | Path, *, n_boot: int = 2000, evaluation: Mapping[str, Any] | None = None
+) -> list[Path]:
     """Write ``report`` (markdown), the JSON beside it (same stem) and its plots (folder of the same stem);
-    returns the paths written. A folder of the follow-up plan (comparison.json ``plan`` v2) gets its own page
-    (``followup_results``)."""
-    if _read(Path(out) / "comparison.json", {}).get("plan") == "v2":
-        from dynashape.study.followup_results import write_followup_results
-
-        return write_followup_results(out, report, n_boot=n_boot)
+    returns the paths written. ``evaluation``: the plan's and the runs' own evaluation settings
+    (``pages.evaluation_record``), kept in the JSON. ``pages.write_page`` chooses the page and checks them."""
     report = Path(report)
     results = build_results(out, n_boot=n_boot)
+    if evaluation is not None:
+        results["evaluation"] = dict(evaluation)
     report.parent.mkdir(parents=True, exist_ok=True)
     plot_dir = report.with_suffix("")
     written = []

@@ -15,16 +15,23 @@ from dynashape.study.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
 __all__ = [
     "CLAIMS_BEGIN",
     "CLAIMS_END",
+    "NOTES_BEGIN",
+    "NOTES_END",
     "claims_section",
+    "deviation_lines",
     "fmt_clock",
     "fmt_interval",
     "fmt_value",
+    "kept_block",
     "kept_claims",
     "results_markdown",
     "summary_cells",
 ]
 
 CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
+NOTES_BEGIN, NOTES_END = "<!-- notes:begin -->", "<!-- notes:end -->"
+"""A hand-written section (why a deviation happened, errata of the registration's wording) that regenerating a
+page keeps verbatim, as it keeps the claims."""
 TABLE_METRICS = ("accuracy", "mean_length", "aes")
 
 
@@ -57,11 +64,40 @@ def claims_section() -> str:
     return "\n".join(lines) + "\n"
 
 
-def kept_claims(path: Path) -> str:
+def kept_block(path: Path, begin: str, end: str) -> str:
+    """The text between ``begin`` and ``end`` of the file at ``path`` ('' when it has none)."""
     text = path.read_text() if path.exists() else ""
-    if CLAIMS_BEGIN in text and CLAIMS_END in text.split(CLAIMS_BEGIN, 1)[1]:
-        return text.split(CLAIMS_BEGIN, 1)[1].split(CLAIMS_END, 1)[0].strip("\n") + "\n"
-    return claims_section()
+    if begin in text and end in text.split(begin, 1)[1]:
+        return text.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
+    return ""
+
+
+def deviation_lines(evaluation: Mapping[str, Any] | None, notes: str = "") -> list[str]:
+    """The "Deviation from the registration" section: what the runs' own config.yaml files say against the plan
+    (``pages.evaluation_record``), and the hand-written ``notes`` (kept between ``NOTES_BEGIN`` and
+    ``NOTES_END``); nothing when the runs match and there are no notes."""
+    deviations = (evaluation or {}).get("deviations") or []
+    if not deviations and not notes:
+        return []
+    lines = ["## Deviation from the registration", ""]
+    if deviations:
+        n = len(evaluation["deviating_runs"])  # type: ignore[index]
+        lines += [
+            f"**This page is marked as deviating**: {n} of the {len(evaluation['runs'])} finished runs were not "  # type: ignore[index]
+            "evaluated as registered (read from each run's own config.yaml):",
+            "",
+        ]
+        lines += [f"- {d}" for d in deviations]
+        lines.append("")
+    else:
+        lines += ["Every finished run's config.yaml has the registered evaluation.", ""]
+    if notes:
+        lines += [NOTES_BEGIN, notes.rstrip("\n"), NOTES_END, ""]
+    return lines
+
+
+def kept_claims(path: Path) -> str:
+    return kept_block(path, CLAIMS_BEGIN, CLAIMS_END) or claims_section()
 
 
 def fmt_clock(seconds: float | None) -> str:
