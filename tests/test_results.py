@@ -167,3 +167,34 @@ def test_every_method_gets_a_colour_and_marker_of_its_own():
     assert len(pairs) == 25  # no two methods share both
     assert len({s["color"] for s in list(styles.values())[:20]}) == 20  # up to 20 methods, not even a colour
     assert method_styles(["b", "a"])["a"] == method_styles(["a", "c", "b"])["a"]  # stable across a page's plots
+
+
+def test_an_adhoc_comparison_gets_a_page_of_what_ran_without_claims_or_tuning(folder, tmp_path):
+    """`dynashape compare --methods grpo,lead` (no plan): the page names its methods and seeds, reports intervals,
+    and has no claims, verdicts, tuning lines or link that would not resolve from where it is written."""
+    import yaml
+
+    from dynashape.study.pages import write_page
+
+    meta = {"command": "dynashape compare --methods grpo,lead", "seeds": [0, 1, 2]}
+    (folder / "comparison.json").write_text(json.dumps(meta))
+    (folder / "tuning.json").unlink()
+    for r in json.loads((folder / "runs.json").read_text()):
+        run_dir = folder / r["run_dir"]
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump({"eval": {"n_samples": 4}}))
+    report = folder / "results.md"
+    write_page(folder, report)
+    text = report.read_text()
+    assert text.startswith("# Results of an ad-hoc comparison")
+    assert "4 methods (gdpo, grpo, grpo_length, lead) in the tight regime, seeds 0, 1, 2." in text
+    for absent in ("pre-registered", "Verdicts", CLAIMS_BEGIN, "best_global not chosen", "Tuning", "comparison.md"):
+        assert absent not in text, absent
+    # lead - grpo accuracy per seed: 0.25, 0.25, 0; mean 1/6, sd 0.1443, t(0.975, 2) 4.303 * 0.0833 = 0.359
+    assert "| lead | grpo | +0.167 [-0.192, 0.525] |" in text
+    data = json.loads(report.with_suffix(".json").read_text())
+    assert data["claims"] == [] and data["evaluation"]["plan"] is None and not data["evaluation"]["deviations"]
+    # an ad-hoc folder whose runs disagree on their evaluation is refused, naming the odd run
+    (folder / "runs/tight/lead-seed1/config.yaml").write_text(yaml.safe_dump({"eval": {"n_samples": 16}}))
+    with pytest.raises(ValueError, match="n_samples 16 where most runs have 4: 1 runs \\(runs/tight/lead-seed1\\)"):
+        write_page(folder, report)

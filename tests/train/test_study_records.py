@@ -64,17 +64,20 @@ def test_compare_plan_v2_through_the_cli_writes_the_registered_evaluation_into_a
     argv = [sys.executable, "-m", "dynashape.cli", "compare", "--plan", "v2", "--methods", "grpo", "--regime", "tight"]
     argv += ["--seeds", "5,", "--jobs", "1", "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
     config = out / "runs" / "tight" / "grpo-seed5" / "config.yaml"
-    proc = subprocess.Popen(argv, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tmp_path / "compare.log"  # a file, not a pipe nobody reads while waiting: the child never blocks on it
+    with log.open("w") as sink:
+        proc = subprocess.Popen(argv, env=child_env(), stdout=sink, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 1500  # one base evaluation at 16 + 64 samples first
         while not config.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, "the compare ended before writing a config"
+            assert proc.poll() is None, f"the compare ended before writing a config: {log.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, f"no config after 1500 s: {log.read_text()[-2000:]}"
             time.sleep(0.2)
         written = yaml.safe_load(config.read_text())
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.communicate(timeout=60)
+            proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
     registered = followup.eval_overrides()

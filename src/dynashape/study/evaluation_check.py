@@ -121,13 +121,14 @@ def describe(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def summarize(deviations: Sequence[EvaluationDeviation]) -> list[str]:
-    """One line per (field, expected, actual): how many runs, and the first of them."""
+def summarize(deviations: Sequence[EvaluationDeviation], *, against: str = "the plan has") -> list[str]:
+    """One line per (field, expected, actual): how many runs, and the first of them (``against``: what the
+    expected value is, "the plan has" or, without a plan, "most runs have")."""
     groups: dict[tuple[str, str, str], list[str]] = {}
     for d in deviations:
         groups.setdefault((d.field, describe(d.expected), describe(d.actual)), []).append(d.run_dir)
     return [
-        f"{name} {actual} where the plan has {expected}: {len(runs)} runs ({', '.join(runs[:2])}"
+        f"{name} {actual} where {against} {expected}: {len(runs)} runs ({', '.join(runs[:2])}"
         f"{', ...' if len(runs) > 2 else ''})"
         for (name, expected, actual), runs in sorted(groups.items())
     ]

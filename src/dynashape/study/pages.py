@@ -54,7 +54,7 @@ def evaluation_record(out: Path, plan: str | None) -> dict[str, Any]:
         "plan": expected,
         "runs": {r["run_dir"]: run_evaluation(out, r) for r in finished},
         "deviating_runs": sorted({d.run_dir for d in deviations}),
-        "deviations": summarize(deviations),
+        "deviations": summarize(deviations, against="the plan has" if plan else "most runs have"),
     }
 
 
@@ -85,4 +85,4 @@ def write_page(out: str | Path, report: str | Path, *, n_boot: int = 2000, devia
         return write_followup_results(out, report, n_boot=n_boot, evaluation=evaluation)
     from dynashape.study.results import write_results
 
-    return write_results(out, report, n_boot=n_boot, evaluation=evaluation)
+    return write_results(out, report, n_boot=n_boot, evaluation=evaluation, registered=plan is not None)

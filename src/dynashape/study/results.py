@@ -253,15 +253,24 @@ def build_results(
 
 
 def write_results(
-    out: str | Path, report: str | Path, *, n_boot: int = 2000, evaluation: Mapping[str, Any] | None = None
+    out: str | Path,
+    report: str | Path,
+    *,
+    n_boot: int = 2000,
+    evaluation: Mapping[str, Any] | None = None,
+    registered: bool = True,
 ) -> list[Path]:
     """Write ``report`` (markdown), the JSON beside it (same stem) and its plots (folder of the same stem);
     returns the paths written. ``evaluation``: the plan's and the runs' own evaluation settings
-    (``pages.evaluation_record``), kept in the JSON. ``pages.write_page`` chooses the page and checks them."""
+    (``pages.evaluation_record``), kept in the JSON. ``registered``: the folder ran a plan with v1's claims
+    (False: an ad-hoc comparison, whose page has no claims, verdicts or tuning it did not run).
+    ``pages.write_page`` chooses the page and checks the evaluation."""
     report = Path(report)
     results = build_results(out, n_boot=n_boot)
     if evaluation is not None:
         results["evaluation"] = dict(evaluation)
+    if not registered:
+        results["claims"] = []
     report.parent.mkdir(parents=True, exist_ok=True)
     plot_dir = report.with_suffix("")
     written = []
@@ -272,7 +281,7 @@ def write_results(
     except ImportError:  # matplotlib missing: tables only
         pass
     rel = [str(p.relative_to(report.parent)) for p in written]
-    claims_text = kept_claims(report)
+    claims_text = kept_claims(report) if registered else None
     json_path = report.with_suffix(".json")
     state.write_text(json_path, json.dumps(json_clean(results), indent=1, allow_nan=False))
     state.write_text(report, results_markdown(results, claims_text, rel))

@@ -133,10 +133,40 @@ def summary_cells(row: Mapping[str, Any], metrics: Sequence[str]) -> list[str]:
     return cells
 
 
-def results_markdown(results: Mapping[str, Any], claims_text: str, plots: Sequence[str] = ()) -> str:
-    """The markdown page of ``results`` (``build_results``), with ``claims_text`` kept verbatim on top."""
+def results_markdown(results: Mapping[str, Any], claims_text: str | None, plots: Sequence[str] = ()) -> str:
+    """The markdown page of ``results`` (``build_results``), with ``claims_text`` kept verbatim on top; None for
+    a comparison that registered no claims (``dynashape compare --methods``): its page reports what ran, with
+    intervals and no verdicts."""
     seeds_of = {(r["regime"], r["method"]): r["n"] for r in results["summary"]}
     n_min = min(seeds_of.values(), default=0)
+    if claims_text is None:
+        lines = _adhoc_header(results, seeds_of)
+    else:
+        lines = _claims_header(results, claims_text, seeds_of, n_min)
+    lines += _body(results, seeds_of)
+    if plots:
+        lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
+    return "\n".join(lines)
+
+
+def _adhoc_header(results: Mapping[str, Any], seeds_of: Mapping[tuple[str, str], int]) -> list[str]:
+    methods = sorted({m for _, m in seeds_of})
+    regimes = sorted({r for r, _ in seeds_of}, reverse=True)
+    seeds = results.get("seeds") or []
+    return [
+        "# Results of an ad-hoc comparison",
+        "",
+        f"{len(methods)} method{'s' if len(methods) != 1 else ''} ({', '.join(methods) or 'none yet'}) in the "
+        f"{', '.join(regimes) or 'n/a'} regime{'s' if len(regimes) != 1 else ''}, seeds "
+        f"{', '.join(map(str, seeds)) or 'n/a'}. No claims were registered for this comparison, so this page "
+        "reports estimates with their intervals and no verdicts; everything on it is rewritten from the runs.",
+        "",
+    ]
+
+
+def _claims_header(
+    results: Mapping[str, Any], claims_text: str, seeds_of: Mapping[tuple[str, str], int], n_min: int
+) -> list[str]:
     lines = [
         "# Results of the pre-registered comparison",
         "",
@@ -171,8 +201,12 @@ def results_markdown(results: Mapping[str, Any], claims_text: str, plots: Sequen
                 f"{p['verdict']} | {fmt_value(p['estimate'])} | {fmt_interval(*p['interval'])} | "
                 f"{fmt_interval(*(p.get('bootstrap_interval') or (None, None)))} | {p['n']} | |"
             )
+    return lines
+
+
+def _body(results: Mapping[str, Any], seeds_of: Mapping[tuple[str, str], int]) -> list[str]:
     machine = results.get("machine") or {}
-    lines += [
+    lines = [
         "",
         "## How these numbers were made",
         "",
@@ -266,6 +300,4 @@ def results_markdown(results: Mapping[str, Any], claims_text: str, plots: Sequen
         "(best) 56.47 / 84.00.",
         "",
     ]
-    if plots:
-        lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
-    return "\n".join(lines)
+    return lines
