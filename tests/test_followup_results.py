@@ -125,8 +125,8 @@ def test_a_matching_folder_is_not_marked_and_hand_written_notes_are_kept(v2_fold
     write_results(v2_folder, report)
     assert "Deviation from the registration" not in report.read_text()
     text = report.read_text().replace(
-        "## Verdicts", "## Deviation from the registration\n\n<!-- notes:begin -->\nWhy, by hand.\n<!-- notes:end -->"
-        "\n\n## Verdicts"
+        "## Verdicts",
+        "## Deviation from the registration\n\n<!-- notes:begin -->\nWhy, by hand.\n<!-- notes:end -->\n\n## Verdicts",
     )
     report.write_text(text)
     write_results(v2_folder, report)
