@@ -157,3 +157,28 @@ def test_post_hoc_reading_only_for_powered_parts_whose_interval_excludes_the_hop
     else:
         assert reading.startswith("post hoc, not a verdict") and expected in reading
     assert post_hoc_reading({**part, "verdict": "holds"}) is None
+
+
+def test_rerun_determinism_names_a_run_whose_metrics_differ_and_ignores_timings(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "rerun_determinism.py"
+    step = {"step": 1, "accuracy": 0.5, "time/step": 1.0}
+    for root, slow, acc in (("as-run", 1.0, 0.5), ("rerun", 9.0, 0.5)):
+        for run, value in (
+            ("runs/tight/grpo-seed5", acc),
+            ("runs/tight/lead-seed5", 0.5 if root == "as-run" else 0.25),
+        ):
+            d = tmp_path / root / run
+            d.mkdir(parents=True)
+            (d / "metrics.jsonl").write_text(json.dumps({**step, "accuracy": value, "time/step": slow}) + "\n")
+            (d / "eval.json").write_text("{}")
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "rerun"), str(tmp_path / "as-run")],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 1
+    assert "1 of 2 re-run runs log the as-run metrics value for value; 1 differ: runs/tight/lead-seed5" in done.stdout
+    report = json.loads((tmp_path / "rerun" / "determinism.json").read_text())
+    assert report["identical"] == ["runs/tight/grpo-seed5"]  # time/step differs there, and is not a number to match
+    assert report["different"]["runs/tight/lead-seed5"] == ["metrics[0]/accuracy: 0.5 != 0.25"]
