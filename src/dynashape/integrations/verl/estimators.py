@@ -50,6 +50,7 @@ __all__ = [
     "VERL_OWN_ESTIMATORS",
     "EstimatorExtras",
     "EstimatorSettings",
+    "batch_from_rows",
     "broadcast_advantages",
     "content_order",
     "correct_from_acc",
@@ -60,6 +61,7 @@ __all__ = [
     "parse_settings",
     "pending_extras",
     "provide_extras",
+    "reordered",
     "reset_sessions",
     "rollout_batch_from_verl",
     "save_state_atomic",
@@ -131,20 +133,60 @@ def rollout_batch_from_verl(
         prompt_keys: Optional [bs] stable prompt ids (MEDS memory).
         fingerprints: Optional float [bs, D], NaN rows where absent (MEDS).
     """
-    if token_level_rewards.dim() != 2 or response_mask.shape != token_level_rewards.shape:
-        raise ValueError(
-            f"token_level_rewards/response_mask: expected equal shapes [bs, T], got "
-            f"{tuple(token_level_rewards.shape)} and {tuple(response_mask.shape)}"
-        )
-    bs = token_level_rewards.shape[0]
+    _check_shapes(token_level_rewards, response_mask)
+    return batch_from_rows(
+        token_level_rewards.sum(-1),
+        response_mask.sum(-1),
+        index,
+        correct_threshold=correct_threshold,
+        correct=correct,
+        residual_reward=residual_reward,
+        prompt_keys=prompt_keys,
+        fingerprints=fingerprints,
+    )
+
+
+def batch_from_rows(
+    score: torch.Tensor,
+    lengths: torch.Tensor,
+    index: Sequence[Any] | np.ndarray,
+    *,
+    rows: torch.Tensor | None = None,
+    correct_threshold: float = 0.5,
+    correct: torch.Tensor | None = None,
+    residual_reward: bool = False,
+    prompt_keys: Sequence[str] | None = None,
+    fingerprints: torch.Tensor | None = None,
+) -> RolloutBatch:
+    """A RolloutBatch from per-row vectors (what :func:`rollout_batch_from_verl` reduces the [bs, T] inputs to).
+
+    Why vectors: the estimator's inputs are [bs, T]; reducing them to [bs] once and selecting rows on the
+    reductions costs O(bs) instead of copying O(bs * T) per selection.
+
+    Args:
+        score: float [bs], the summed token-level reward of each row.
+        lengths: [bs] response tokens of each row.
+        index: [bs] uid per rollout.
+        rows: Optional LongTensor [n] of the rows to keep, in the order wanted (None: every row as given).
+        correct_threshold, correct, residual_reward, prompt_keys, fingerprints: as in
+            :func:`rollout_batch_from_verl`, over all bs rows.
+    """
+    bs = score.shape[0]
     if len(index) != bs:
         raise ValueError(f"index: has {len(index)} uids but token_level_rewards has {bs} rows")
-    score = token_level_rewards.sum(-1)
+    device = lengths.device
     if correct is None:
         correct = score > correct_threshold
-    lengths = response_mask.sum(-1).long()
-    device = lengths.device
     correct = correct.to(device=device, dtype=torch.bool)
+    lengths = lengths.long()
+    if fingerprints is not None:
+        fingerprints = fingerprints.to(device)
+    if rows is not None:
+        rows_np = rows.cpu().numpy()
+        score, correct, lengths = score[rows], correct[rows], lengths[rows]
+        index = np.asarray(index, dtype=object)[rows_np]
+        prompt_keys = None if prompt_keys is None else np.asarray(prompt_keys, dtype=object)[rows_np].tolist()
+        fingerprints = None if fingerprints is None else fingerprints[rows]
     residual = (score.to(torch.float32) - correct.to(torch.float32))[:, None] if residual_reward else None
     return RolloutBatch(
         group_ids=group_ids_from_index(index, device),
@@ -152,8 +194,30 @@ def rollout_batch_from_verl(
         lengths=lengths,
         rewards=residual,
         prompt_keys=None if prompt_keys is None else [str(k) for k in prompt_keys],
-        fingerprints=None if fingerprints is None else fingerprints.to(device),
+        fingerprints=fingerprints,
     )
+
+
+def reordered(batch: RolloutBatch, order: torch.Tensor | np.ndarray) -> RolloutBatch:
+    """`batch` with its rows in `order` (row ``order[i]`` goes to position i); group ids keep their numbers."""
+    order_t = torch.as_tensor(order, dtype=torch.long, device=batch.device)
+    keys = None if batch.prompt_keys is None else np.asarray(batch.prompt_keys, dtype=object)[order_t.cpu().numpy()]
+    return RolloutBatch(
+        group_ids=batch.group_ids[order_t],
+        correct=batch.correct[order_t],
+        lengths=batch.lengths[order_t],
+        rewards=None if batch.rewards is None else batch.rewards[order_t],
+        prompt_keys=None if keys is None else keys.tolist(),
+        fingerprints=None if batch.fingerprints is None else batch.fingerprints[order_t],
+    )
+
+
+def _check_shapes(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> None:
+    if token_level_rewards.dim() != 2 or response_mask.shape != token_level_rewards.shape:
+        raise ValueError(
+            f"token_level_rewards/response_mask: expected equal shapes [bs, T], got "
+            f"{tuple(token_level_rewards.shape)} and {tuple(response_mask.shape)}"
+        )
 
 
 def content_order(batch: RolloutBatch) -> np.ndarray:
@@ -179,8 +243,15 @@ def content_order(batch: RolloutBatch) -> np.ndarray:
 
 
 def broadcast_advantages(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """[bs] per-rollout advantage -> [bs, T] over the response tokens (0 elsewhere), float32."""
-    return advantages.to(torch.float32)[:, None] * response_mask.to(torch.float32)
+    """[bs] per-rollout advantage -> [bs, T] over the response tokens (0 elsewhere), float32.
+
+    One multiply with type promotion (a bool or integer mask times a float32 vector is float32), so no float
+    copy of the [bs, T] mask is made first.
+    """
+    advantages = advantages.to(torch.float32)[:, None]
+    if response_mask.is_floating_point() and response_mask.dtype != torch.float32:
+        response_mask = response_mask.to(torch.float32)
+    return response_mask * advantages
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -188,7 +259,7 @@ def broadcast_advantages(advantages: torch.Tensor, response_mask: torch.Tensor) 
 # ---------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)  # identity equality: fields hold tensors
 class EstimatorExtras:
     """Per-sample extras for the next estimator call (rows in the order of verl's batch).
 
@@ -283,7 +354,9 @@ def provide_extras(extras: EstimatorExtras) -> Iterator[None]:
     try:
         yield
     finally:
-        _PENDING_EXTRAS.remove(extras)
+        # by identity: the blocks nest, so this one's extras are the last whose identity matches
+        at = max(i for i, pending in enumerate(_PENDING_EXTRAS) if pending is extras)
+        del _PENDING_EXTRAS[at]
 
 
 def _check_extras(extras: EstimatorExtras, bs: int) -> None:
@@ -340,11 +413,7 @@ def estimate(
             f"the '{name}' advantage estimator needs per-prompt uids: verl passes index=non_tensor_batch['uid']; "
             "it was missing from the batch"
         )
-    if token_level_rewards.dim() != 2 or response_mask.shape != token_level_rewards.shape:
-        raise ValueError(
-            f"token_level_rewards/response_mask: expected equal shapes [bs, T], got "
-            f"{tuple(token_level_rewards.shape)} and {tuple(response_mask.shape)}"
-        )
+    _check_shapes(token_level_rewards, response_mask)
     session = session_for(name, config)
     extras = _PENDING_EXTRAS[-1] if _PENDING_EXTRAS else EstimatorExtras()
     bs = token_level_rewards.shape[0]
@@ -358,41 +427,45 @@ def estimate(
         raise ValueError(f"index: has {len(index)} uids but token_level_rewards has {bs} rows")
     correct = _verdict(name, session.settings, extras, config)
     device = response_mask.device
+    # Reduce [bs, T] to per-row vectors once; every selection below works on [bs] vectors.
+    lengths = response_mask.sum(-1)
     # Rollouts only: verl's synthetic padding rows and rows without a response token never reach the shaper.
-    keep = response_mask.sum(-1) > 0
+    keep = lengths > 0
     if extras.padding is not None:
         keep = keep & ~extras.padding.to(device=device, dtype=torch.bool)
+    kept = int(keep.sum())
     advantages = torch.zeros(bs, dtype=torch.float32, device=device)
-    if not bool(keep.any()):
+    if kept == 0:
         session.last_metrics = {"dynashape/excluded_rows": float(bs)}
         session.calls += 1
         return broadcast_advantages(advantages, response_mask), None
-    rows = keep.nonzero().squeeze(-1)
-
-    def batch_of(rows: torch.Tensor) -> RolloutBatch:
-        rows_np = rows.cpu().numpy()
-        return rollout_batch_from_verl(
-            token_level_rewards[rows],
-            response_mask[rows],
-            np.asarray(index, dtype=object)[rows_np],
-            correct_threshold=session.settings.correct_threshold,
-            correct=None if correct is None else correct.to(device)[rows],
-            residual_reward=session.settings.residual_reward,
-            prompt_keys=None if extras.prompt_keys is None else np.asarray(extras.prompt_keys, dtype=object)[rows_np],
-            fingerprints=None if extras.fingerprints is None else extras.fingerprints.to(device)[rows],
-        )
-
+    rows = None if kept == bs else keep.nonzero().squeeze(-1)
     with torch.no_grad():
-        batch = batch_of(rows)
+        batch = batch_from_rows(
+            token_level_rewards.sum(-1),
+            lengths,
+            index,
+            rows=rows,
+            correct_threshold=session.settings.correct_threshold,
+            correct=correct,
+            residual_reward=session.settings.residual_reward,
+            prompt_keys=extras.prompt_keys,
+            fingerprints=extras.fingerprints,
+        )
         if batch.prompt_keys is not None and shaper_needs(name).prompt_keys:
             # A memory keyed by prompt (MEDS) stores rows in the order it is given them, and that order decides
             # its kNN ties and which points the per-bank cap drops. verl's order is the order rollouts finished
             # in, so a resumed run would store the same rows differently: hand them over in content order.
-            rows = rows[torch.from_numpy(content_order(batch)).to(rows.device)]
-            batch = batch_of(rows)
+            order = torch.from_numpy(content_order(batch)).to(device)
+            batch = reordered(batch, order)
+            rows = order if rows is None else rows[order]
         shaped = session.shaper(batch)
-        advantages[rows] = shaped.advantages.to(device=device, dtype=torch.float32)
-    session.last_metrics = {**shaped.metrics, "dynashape/excluded_rows": float(bs - rows.numel())}
+        values = shaped.advantages.to(device=device, dtype=torch.float32)
+        if rows is None:
+            advantages = values
+        else:
+            advantages[rows] = values
+    session.last_metrics = {**shaped.metrics, "dynashape/excluded_rows": float(bs - kept)}
     session.calls += 1
     return broadcast_advantages(advantages, response_mask), shaped
 
