@@ -84,8 +84,8 @@ def load_shaper_state(trainer: Any) -> str | None:
     """Restore the shaper state saved at the step verl resumed from; returns the file read (None: none read).
 
     Raises:
-        StateFileError: (a ValueError naming the file) the file is not a plain dynashape state, belongs to
-            another run or step, or the shaper cannot load it.
+        StateFileError: (a ValueError naming the file) the file is missing (unless ``algorithm.<name>.fresh_state``
+            is true), is not a plain dynashape state, belongs to another run or step, or the shaper cannot load it.
     """
     config = trainer.config
     name = _our_estimator(config)
@@ -95,6 +95,15 @@ def load_shaper_state(trainer: Any) -> str | None:
     session = session_for(name, config.algorithm)
     path = state_path(config, name, step, session.settings.state_dir, resuming=True)
     if not os.path.exists(path):
+        # A silent fresh start would train on a reset EMA / memory (a wrong state_dir, a checkpoint copied
+        # without our file): only an explicit setting allows it.
+        if not session.settings.fresh_state:
+            raise StateFileError(
+                path,
+                f"no '{name}' shaper state for the step verl resumes from ({step}); point "
+                f"algorithm.{name}.state_dir at the folder holding global_step_{step}/, or set "
+                f"+algorithm.{name}.fresh_state=true to start the shaper fresh",
+            )
         logger.warning("dynashape: %s not found; the '%s' shaper starts fresh at step %d", path, name, step)
         return None
     state = load_state_file(path, estimator=name, global_step=step, run=run_identity(config))
