@@ -107,6 +107,17 @@ def test_each_refused_configuration_names_what_to_change(overrides, name, match)
         check_config(compose(overrides, name))
 
 
+def test_a_setting_that_cannot_be_read_is_an_error_not_a_default():
+    # an interpolation that does not resolve: verl itself would fail on it later, so must the check (the default,
+    # remove-padding on, would have passed it)
+    config = compose([*MEDS_OK, "actor_rollout_ref.model.use_remove_padding=${nowhere.flag}"])
+    with pytest.raises(
+        VerlConfigError, match=r"^actor_rollout_ref\.model\.use_remove_padding: cannot be read \("
+    ) as info:
+        check_config(config)
+    assert "\n" not in str(info.value)
+
+
 def test_one_error_lists_every_change(monkeypatch):
     monkeypatch.setenv("DYNASHAPE_VERL_PATCH_FSDP", "0")
     config = compose(

@@ -51,7 +51,12 @@ class VerlConfigError(ValueError):
 def _get(config: Any, dotted: str, default: Any = None) -> Any:
     """``config.a.b.c`` through DictConfig / dataclass / dict layers; `default` where any layer is missing.
 
-    Defaults passed by the callers are verl 0.9.1's own defaults (``verl/trainer/config/ppo_trainer.yaml``)."""
+    Defaults passed by the callers are verl 0.9.1's own defaults (``verl/trainer/config/ppo_trainer.yaml``).
+
+    Raises:
+        VerlConfigError: a present setting that cannot be read (an interpolation that does not resolve, a
+            missing ``???`` value): taking the default instead would validate a config verl cannot run.
+    """
     node = config
     for part in dotted.split("."):
         if node is None:
@@ -59,8 +64,9 @@ def _get(config: Any, dotted: str, default: Any = None) -> Any:
         if isinstance(node, Mapping) or (hasattr(node, "get") and not isinstance(node, (str, bytes))):
             try:
                 node = node.get(part, None)
-            except Exception:  # omegaconf struct mode or interpolation errors: treat as absent
-                return default
+            except Exception as err:  # omegaconf's errors share no base class with a plain mapping's
+                first = str(err).splitlines()[0] if str(err) else ""
+                raise VerlConfigError(f"{dotted}: cannot be read ({type(err).__name__}: {first})") from None
         else:
             node = getattr(node, part, None)
     return default if node is None else node
