@@ -98,6 +98,11 @@ REFUSED = [
     ),
     (["algorithm.adv_estimator=lead", "+algorithm.lead.verdict=acc"], "ppo_trainer", r"verdict=acc: the reward"),
     (["algorithm.adv_estimator=lead", "+algorithm.lead.bmax=3"], "ppo_trainer", r"algorithm\.lead\.bmax: not a param"),
+    (
+        ["algorithm.adv_estimator=lead", "actor_rollout_ref.rollout.multi_turn.enable=true"],
+        "ppo_trainer",
+        r"  - actor_rollout_ref\.rollout\.multi_turn\.enable=true: multi-turn responses .*; set .*enable=false$",
+    ),
 ]
 
 

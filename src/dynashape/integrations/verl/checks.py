@@ -14,6 +14,7 @@ What is checked when ``algorithm.adv_estimator`` is one of ours:
   those need the reward function's ``acc`` (dynashape's ``compute_score``, or ``+algorithm.<name>.verdict=acc``
   for a function of yours that returns it), which reaches the estimator through the ``dynashape`` trainer mode
   or verl's legacy trainer only.
+* Multi-turn rollouts (``actor_rollout_ref.rollout.multi_turn.enable``) are refused for every estimator of ours.
 * Fingerprints, for every shaper that declares it reads them (``Shaper.needs``: ``meds``, ``lead_meds``), are
   taken inside verl's FSDP actor during the old-log-prob forward.
   They need: the ``dynashape`` trainer mode on verl's v1 trainer; ``actor_rollout_ref.actor.strategy`` ``fsdp``
@@ -136,6 +137,14 @@ def config_problems(config: Any) -> list[str]:
                 f"reward.custom_reward_function.name=compute_score (it returns acc), or, if your reward function "
                 f"returns {{'score': ..., 'acc': ...}}, say so with +algorithm.{name}.verdict=acc"
             )
+
+    # --- multi-turn rollouts ------------------------------------------------------------------------------
+    if _truthy(_get(config, "actor_rollout_ref.rollout.multi_turn.enable", False)):
+        problems.append(
+            "actor_rollout_ref.rollout.multi_turn.enable=true: multi-turn responses interleave tool output that the "
+            f"response mask leaves out, so '{name}' would read neither the response length nor the answer as its "
+            "paper defines them (untested); set actor_rollout_ref.rollout.multi_turn.enable=false"
+        )
 
     # --- what only the dynashape trainer mode provides (the shaper's declaration, Shaper.needs) --------------
     extras = trainer_extras(name)

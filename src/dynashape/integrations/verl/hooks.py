@@ -47,6 +47,7 @@ __all__ = [
     "load_shaper_state",
     "patch_advantage_metrics",
     "patch_compute_advantage",
+    "patch_refusal",
     "patch_trainer_class",
     "save_shaper_state",
 ]
@@ -146,6 +147,27 @@ def patch_trainer_class(cls: type) -> None:
     cls.__init__ = __init__
     cls._save_checkpoint = _save_checkpoint
     cls._load_checkpoint = _load_checkpoint
+    setattr(cls, _MARK, True)
+
+
+def patch_refusal(cls: type, problem: str) -> None:
+    """Wrap ``cls.__init__`` alone so that a trainer configured with one of our estimators raises
+    :class:`~dynashape.integrations.verl.versions.VerlVersionError` (`problem`) before it builds anything; other
+    estimators construct as verl alone would (idempotent). Armed instead of every other hook on an untested verl."""
+    from dynashape.integrations.verl.versions import VerlVersionError
+
+    if cls.__dict__.get(_MARK, False):
+        return
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        config = _config_arg(args, kwargs)
+        if config is not None and _our_estimator(config) is not None:
+            raise VerlVersionError(problem)
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
     setattr(cls, _MARK, True)
 
 
