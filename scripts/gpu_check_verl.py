@@ -20,6 +20,7 @@ This has not run yet: no GPU has been lent to the verl work (docs/engines.md say
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import traceback
@@ -61,23 +62,11 @@ def gpu_overrides(e2e, case, assets: Path, run_dir: Path) -> list[str]:
 
 
 def launch(e2e, case, assets: Path, run_dir: Path) -> str:
-    import os
-    import subprocess
-
-    run_dir.mkdir(parents=True, exist_ok=True)
+    """The end-to-end test's launch with the recorder alone loaded in verl's processes (no CPU stand-ins)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(e2e.HERE), env.get("PYTHONPATH", "")) if p)
-    env["VERL_USE_EXTERNAL_MODULES"] = "verl_e2e_recorder"  # records each step; no CPU stand-ins
-    env["DYNASHAPE_VERL_E2E_RECORD"] = str(run_dir / "record")
-    env.pop("RAY_ADDRESS", None)
-    log = run_dir / "console.log"
-    cmd = [sys.executable, "-m", "verl.trainer.main_ppo", *gpu_overrides(e2e, case, assets, run_dir)]
-    with open(log, "w") as out:
-        proc = subprocess.run(cmd, cwd=run_dir, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=300)
-    text = log.read_text()
-    if proc.returncode != 0:
-        raise RuntimeError(f"main_ppo exit {proc.returncode}; tail of {log}:\n{text[-3000:]}")
-    return text
+    env["VERL_USE_EXTERNAL_MODULES"] = "verl_e2e_recorder"
+    return e2e.launch(case, assets, run_dir, env=env, args=gpu_overrides(e2e, case, assets, run_dir), timeout=300)
 
 
 def check(name: str, fn) -> bool:
