@@ -111,15 +111,7 @@ def group_ids_from_index(index: Sequence[Any] | np.ndarray, device: torch.device
 
 
 def rollout_batch_from_verl(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Sequence[Any] | np.ndarray,
-    *,
-    correct_threshold: float = 0.5,
-    correct: torch.Tensor | None = None,
-    residual_reward: bool = False,
-    prompt_keys: Sequence[str] | None = None,
-    fingerprints: torch.Tensor | None = None,
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Sequence[Any] | np.ndarray, **options: Any
 ) -> RolloutBatch:
     """Build a RolloutBatch from verl estimator inputs.
 
@@ -127,23 +119,11 @@ def rollout_batch_from_verl(
         token_level_rewards: float [bs, T], the outcome score at the last valid token (summed per row).
         response_mask: [bs, T] 0/1 mask of response tokens.
         index: [bs] uid per rollout (same uid = same prompt in this step).
-        correct_threshold: Row is correct when its summed reward exceeds this (ignored when `correct` given).
-        correct: Optional Bool [bs], the verifier's verdict (e.g. reward_extra_info["acc"]).
-        residual_reward: Add rewards [bs, 1] = summed score - correct (see EstimatorSettings).
-        prompt_keys: Optional [bs] stable prompt ids (MEDS memory).
-        fingerprints: Optional float [bs, D], NaN rows where absent (MEDS).
+        **options: :func:`batch_from_rows`'s keywords (correct_threshold, correct, residual_reward, prompt_keys,
+            fingerprints).
     """
     _check_shapes(token_level_rewards, response_mask)
-    return batch_from_rows(
-        token_level_rewards.sum(-1),
-        response_mask.sum(-1),
-        index,
-        correct_threshold=correct_threshold,
-        correct=correct,
-        residual_reward=residual_reward,
-        prompt_keys=prompt_keys,
-        fingerprints=fingerprints,
-    )
+    return batch_from_rows(token_level_rewards.sum(-1), response_mask.sum(-1), index, **options)
 
 
 def batch_from_rows(
@@ -168,8 +148,11 @@ def batch_from_rows(
         lengths: [bs] response tokens of each row.
         index: [bs] uid per rollout.
         rows: Optional LongTensor [n] of the rows to keep, in the order wanted (None: every row as given).
-        correct_threshold, correct, residual_reward, prompt_keys, fingerprints: as in
-            :func:`rollout_batch_from_verl`, over all bs rows.
+        correct_threshold: Row is correct when its summed reward exceeds this (ignored when `correct` given).
+        correct: Optional Bool [bs], the verifier's verdict (e.g. reward_extra_info["acc"]).
+        residual_reward: Add rewards [n, 1] = summed score - correct (see EstimatorSettings).
+        prompt_keys: Optional [bs] stable prompt ids (MEDS memory).
+        fingerprints: Optional float [bs, D], NaN rows where absent (MEDS).
     """
     bs = score.shape[0]
     if len(index) != bs:
