@@ -489,7 +489,8 @@ def fingerprint_check(
         n = len(hidden) - 1
         at = len(prompt) + pos
         layers = range(n - got.shape[0] + 1, n + 1)
-        expected_rows.append(torch.stack([hidden[layer][0, at] @ head[target] for layer in layers]).float().cpu())
+        expected = torch.stack([hidden[layer][0, at] @ head[target] for layer in layers])
+        expected_rows.append(expected.detach().float().cpu())
         got_rows.append(got)
     if not got_rows:
         return 0.0, 0
