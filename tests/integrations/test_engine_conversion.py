@@ -271,3 +271,62 @@ def test_doctor_without_verl_says_so_and_exits_0(capsys):
 
     assert main(["doctor"]) == 0
     assert capsys.readouterr().out.strip() == "SKIP verl plugin: verl is not installed in this environment"
+
+
+def test_nested_extras_holding_tensors_unwind_by_identity():
+    # equal-looking extras holding tensors: a comparison by value would raise (a tensor's truth is ambiguous)
+    outer = ve.EstimatorExtras(correct=torch.tensor([True, False]), padding=torch.tensor([False, False]))
+    inner = ve.EstimatorExtras(correct=torch.tensor([True, False]), padding=torch.tensor([False, False]))
+    with ve.provide_extras(outer):
+        with ve.provide_extras(inner):
+            assert ve.pending_extras() is inner
+        assert ve.pending_extras() is outer
+    assert ve.pending_extras() is None
+
+
+@pytest.mark.parametrize("name", ["lead", "meds", "lead_meds"])
+@pytest.mark.parametrize("excluded", [(), (1, 6), (0, 3, 4, 9)])
+def test_estimator_equals_the_shaper_on_the_kept_rows_in_content_order(name, excluded):
+    """Per-row reduction, then selection (estimators.estimate), against a test-local reference that selects the
+    [bs, T] rows first and orders a memory shaper's rows by content with a plain sort."""
+    gen = torch.Generator().manual_seed(len(excluded))
+    bs, width, group = 12, 10, 4
+    lengths = torch.randint(1, width + 1, (bs,), generator=gen)
+    correct = torch.rand(bs, generator=gen) < 0.5
+    mask = (torch.arange(width)[None, :] < lengths[:, None]).float()
+    rewards = torch.zeros(bs, width)
+    rewards[torch.arange(bs), lengths - 1] = correct.float()
+    index = np.array([f"u{i // group}" for i in range(bs)], dtype=object)
+    keys = [f"key-{(i // group) % 2}" for i in range(bs)]
+    fingerprints = torch.randn(bs, 3, generator=gen)
+    fingerprints[::5] = float("nan")  # rows without an answer
+    padding = torch.zeros(bs, dtype=torch.bool)
+    padding[list(excluded)] = True
+    extras = ve.EstimatorExtras(prompt_keys=keys, fingerprints=fingerprints, correct=correct, padding=padding)
+    config = {name: {"b_max": width, "l_min": 2} if name.startswith("lead") else {}}
+    ve.reset_sessions()
+    with ve.provide_extras(extras):
+        adv, _ = ve.make_estimator(name)(rewards, mask, index=index, config=config)
+    ve.reset_sessions()
+
+    kept = [i for i in range(bs) if i not in excluded]
+    if ve.shaper_needs(name).prompt_keys:  # by key, verdict, taken, fingerprint values, length (as documented)
+
+        def content(i):
+            fp = fingerprints[i]
+            taken = bool(torch.isfinite(fp).all())
+            return (keys[i], bool(correct[i]), not taken, tuple(fp.tolist()) if taken else (0.0,) * 3, int(lengths[i]))
+
+        kept = sorted(kept, key=content)
+    uids = sorted(set(index[kept].tolist()))
+    batch = RolloutBatch(
+        group_ids=torch.tensor([uids.index(index[i]) for i in kept]),
+        correct=correct[kept],
+        lengths=lengths[kept],
+        prompt_keys=[keys[i] for i in kept],
+        fingerprints=fingerprints[kept],
+    )
+    expected = torch.zeros(bs)
+    expected[kept] = get_shaper(name, **config[name])(batch).advantages.float()
+    torch.testing.assert_close(adv, expected[:, None] * mask, rtol=0, atol=0)
+    assert bool((adv[list(excluded)] == 0).all())

@@ -98,6 +98,11 @@ REFUSED = [
     ),
     (["algorithm.adv_estimator=lead", "+algorithm.lead.verdict=acc"], "ppo_trainer", r"verdict=acc: the reward"),
     (["algorithm.adv_estimator=lead", "+algorithm.lead.bmax=3"], "ppo_trainer", r"algorithm\.lead\.bmax: not a param"),
+    (
+        ["algorithm.adv_estimator=lead", "actor_rollout_ref.rollout.multi_turn.enable=true"],
+        "ppo_trainer",
+        r"  - actor_rollout_ref\.rollout\.multi_turn\.enable=true: multi-turn responses .*; set .*enable=false$",
+    ),
 ]
 
 
@@ -105,6 +110,17 @@ REFUSED = [
 def test_each_refused_configuration_names_what_to_change(overrides, name, match):
     with pytest.raises(VerlConfigError, match=match):
         check_config(compose(overrides, name))
+
+
+def test_a_setting_that_cannot_be_read_is_an_error_not_a_default():
+    # an interpolation that does not resolve: verl itself would fail on it later, so must the check (the default,
+    # remove-padding on, would have passed it)
+    config = compose([*MEDS_OK, "actor_rollout_ref.model.use_remove_padding=${nowhere.flag}"])
+    with pytest.raises(
+        VerlConfigError, match=r"^actor_rollout_ref\.model\.use_remove_padding: cannot be read \("
+    ) as info:
+        check_config(config)
+    assert "\n" not in str(info.value)
 
 
 def test_one_error_lists_every_change(monkeypatch):

@@ -189,16 +189,33 @@ def test_a_new_run_in_the_same_directory_refuses_the_old_state(tmp_path):
         other._load_checkpoint()
 
 
-def test_missing_state_on_resume_starts_fresh_with_a_warning(tmp_path, caplog):
+def _checkpoint_without_state(tmp_path):
     trainer = trainer_of("v1", make_config(tmp_path))
+    run_step(0)
     trainer.global_steps = 2
     trainer._save_checkpoint()
-    os.remove(tmp_path / "ckpt" / "global_step_2" / state_file_name("lead"))
+    path = tmp_path / "ckpt" / "global_step_2" / state_file_name("lead")
+    os.remove(path)
     verl_estimators.reset_sessions()
+    return path
+
+
+def test_missing_state_on_resume_is_refused_naming_the_path(tmp_path):
+    path = _checkpoint_without_state(tmp_path)
     resumed = trainer_of("v1", make_config(tmp_path))
+    with pytest.raises(ValueError, match=rf"{path}: no 'lead' shaper state .*\+algorithm.lead.fresh_state=true"):
+        resumed._load_checkpoint()
+
+
+def test_missing_state_on_resume_starts_fresh_only_when_asked(tmp_path, caplog):
+    path = _checkpoint_without_state(tmp_path)
+    resumed = trainer_of("v1", make_config(tmp_path, section={**LEAD, "fresh_state": True}))
     with caplog.at_level("WARNING", logger="dynashape.integrations.verl.hooks"):
         resumed._load_checkpoint()
-    assert "starts fresh at step 2" in caplog.text
+    assert f"{path} not found; the 'lead' shaper starts fresh at step 2" in caplog.text
+    fresh = get_shaper("lead", **LEAD).state_dict()
+    session = verl_estimators.session_for("lead", resumed.config.algorithm)
+    torch.testing.assert_close(session.shaper.state_dict(), fresh, rtol=0, atol=0)
 
 
 class Evil:

@@ -77,16 +77,31 @@ def launch_env(base: dict[str, str] | None = None) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------------
 
 
+#: Memory statistics and cache calls verl makes on ``get_torch_device()``, which a CPU has nothing to say to.
+_NOTHING_TO_REPORT: frozenset[str] = frozenset(
+    {
+        "empty_cache",
+        "ipc_collect",
+        "max_memory_allocated",
+        "max_memory_reserved",
+        "memory_allocated",
+        "memory_reserved",
+        "reset_peak_memory_stats",
+        "set_per_process_memory_fraction",
+    }
+)
+
+
 class _CPUDevice:
     """What verl calls on ``get_torch_device()`` (``torch.cuda`` on GPUs), answered for the CPU."""
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        if hasattr(torch.cpu, name):
+        if name in _NOTHING_TO_REPORT:
+            return lambda *args, **kwargs: 0
+        if not name.startswith("__") and hasattr(torch.cpu, name):
             return getattr(torch.cpu, name)
-        # memory_allocated, max_memory_reserved, reset_peak_memory_stats, ipc_collect, ...: nothing to report
-        return lambda *args, **kwargs: 0
+        # anything else verl asks of the device is a call this stand-in does not know: fail, never answer 0
+        raise AttributeError(f"the CPU stand-in for verl's torch device has no {name!r}")
 
     @staticmethod
     def is_available() -> bool:
@@ -282,9 +297,16 @@ class HFRolloutServer:
 
     def update_weights(self, weights: dict[str, torch.Tensor]) -> None:
         state = self.model.state_dict()
+        # A name mismatch (a prefix verl adds, a renamed layer) would leave the rollout on stale weights while
+        # the actor trains: refuse it rather than skip.
+        unknown = sorted(set(weights) - set(state))
+        if unknown:
+            raise KeyError(f"weight push: {len(unknown)} names the rollout model lacks, first {unknown[0]!r}")
+        missing = sorted({name for name, _ in self.model.named_parameters()} - set(weights))
+        if missing:
+            raise KeyError(f"weight push: {len(missing)} parameters not pushed, first {missing[0]!r}")
         for name, tensor in weights.items():
-            if name in state:
-                state[name].copy_(tensor.to(state[name].dtype))
+            state[name].copy_(tensor.to(state[name].dtype))
         self._version = self._digest()
         self._seen.clear()
 

@@ -6,6 +6,9 @@ only in the process that builds the trainer. It wraps verl 0.9.1's ``PPOTrainer.
 it ran, reads from TransferQueue what verl's step holds for every row (uid, prompt and response tokens, the
 reward, the verifier's ``acc``, the advantages written back, and the MEDS answer positions and fingerprints
 when the trainer mode took them). One file per step: ``DIR/step_<global_steps>.pt``.
+
+Loaded on its own (``VERL_USE_EXTERNAL_MODULES=verl_e2e_recorder``, as scripts/gpu_check_verl.py runs verl on a GPU
+without the CPU harness), it installs itself.
 """
 
 from __future__ import annotations
@@ -65,3 +68,7 @@ def install(folder: str) -> None:
         cls._compute_advantage = _compute_advantage
 
     when_imported("verl.trainer.ppo.v1.trainer_base", patch)
+
+
+if __name__ == "verl_e2e_recorder" and os.environ.get("VERL_USE_EXTERNAL_MODULES") == __name__:
+    install(os.environ["DYNASHAPE_VERL_E2E_RECORD"])

@@ -23,7 +23,10 @@ Importing this module:
     verl's trainers validate the configuration at start-up and save/restore the shaper state with their
     checkpoints (:mod:`dynashape.integrations.verl.hooks`).
 
-Without verl installed the module still imports (``compute_score`` works anywhere) and registers nothing.
+Without verl installed the module still imports (``compute_score`` works anywhere) and registers nothing. On a
+verl release the engine suite does not test (:mod:`dynashape.integrations.verl.versions`) it registers nothing
+either: it logs one line naming what it would override and ``DYNASHAPE_VERL_ANY_VERSION=1``, the setting that
+skips the check, and verl's trainers refuse our estimators with that line when they are built.
 Interfaces of verl 0.9.1 we rely on (checked by tests/integrations/test_verl_*.py):
   * ``core_algos.register_adv_est(name)(fn)``; ``ray_trainer.compute_advantage(data, adv_estimator, gamma, lam,
     num_repeat, norm_adv_by_std_in_grpo, config)`` calls ``fn(token_level_rewards=, response_mask=, config=,
@@ -83,6 +86,15 @@ def register() -> list[str]:
 
     from dynashape.integrations._post_import import when_imported
     from dynashape.integrations.verl.estimators import estimator_names, make_estimator
+    from dynashape.integrations.verl.versions import VerlVersionError, installed_verl, version_problem
+
+    problem = version_problem(installed_verl())
+    if problem is not None:
+        # verl swallows a plugin's import error and would fail only after the first rollout ("Unknown advantage
+        # estimator"): leave the trainers a constructor that refuses our estimators with this line instead.
+        when_imported("verl.trainer.ppo.v1.trainer_base", lambda module: _refuse(module.PPOTrainer, problem))
+        when_imported("verl.trainer.ppo.ray_trainer", lambda module: _refuse(module.RayPPOTrainer, problem))
+        raise VerlVersionError(problem)
 
     registered = []
     for name in estimator_names():
@@ -99,6 +111,12 @@ def register() -> list[str]:
     if os.environ.get(PATCH_ENV, "1") != "0":
         when_imported("verl.workers.engine.fsdp.transformer_impl", _patch_fsdp)
     return registered
+
+
+def _refuse(cls: type, problem: str) -> None:
+    from dynashape.integrations.verl.hooks import patch_refusal
+
+    patch_refusal(cls, problem)
 
 
 def _patch_v1_trainer(module: Any) -> None:
@@ -129,12 +147,19 @@ def _patch_fsdp(module: Any) -> None:
 
 REGISTER_ERROR: BaseException | None = None
 """Why registering failed, when this package was imported by ``python -m dynashape.integrations.verl --check``
-(which must report the error rather than die of it); None otherwise."""
+(which must report the error rather than die of it) or verl's release is untested; None otherwise."""
 
 if importlib.util.find_spec("verl") is not None:
     # verl swallows plugin import errors at debug level; log ours loudly instead of vanishing silently.
+    from dynashape.integrations.verl.versions import VerlVersionError
+
     try:
         register()
+    except VerlVersionError as err:
+        # One line, not a traceback: it says what to do. Not raised: the refusing trainer hooks import this
+        # package again (a failed import would re-run it), and verl's loader would swallow the error anyway.
+        logger.error("%s", err)
+        REGISTER_ERROR = err
     except Exception as err:
         logger.exception("dynashape: registering the verl plugin failed")
         # While `python -m` resolves this package as its target, argv[0] is still "-m": the doctor in

@@ -14,6 +14,7 @@ What is checked when ``algorithm.adv_estimator`` is one of ours:
   those need the reward function's ``acc`` (dynashape's ``compute_score``, or ``+algorithm.<name>.verdict=acc``
   for a function of yours that returns it), which reaches the estimator through the ``dynashape`` trainer mode
   or verl's legacy trainer only.
+* Multi-turn rollouts (``actor_rollout_ref.rollout.multi_turn.enable``) are refused for every estimator of ours.
 * Fingerprints, for every shaper that declares it reads them (``Shaper.needs``: ``meds``, ``lead_meds``), are
   taken inside verl's FSDP actor during the old-log-prob forward.
   They need: the ``dynashape`` trainer mode on verl's v1 trainer; ``actor_rollout_ref.actor.strategy`` ``fsdp``
@@ -51,7 +52,12 @@ class VerlConfigError(ValueError):
 def _get(config: Any, dotted: str, default: Any = None) -> Any:
     """``config.a.b.c`` through DictConfig / dataclass / dict layers; `default` where any layer is missing.
 
-    Defaults passed by the callers are verl 0.9.1's own defaults (``verl/trainer/config/ppo_trainer.yaml``)."""
+    Defaults passed by the callers are verl 0.9.1's own defaults (``verl/trainer/config/ppo_trainer.yaml``).
+
+    Raises:
+        VerlConfigError: a present setting that cannot be read (an interpolation that does not resolve, a
+            missing ``???`` value): taking the default instead would validate a config verl cannot run.
+    """
     node = config
     for part in dotted.split("."):
         if node is None:
@@ -59,8 +65,9 @@ def _get(config: Any, dotted: str, default: Any = None) -> Any:
         if isinstance(node, Mapping) or (hasattr(node, "get") and not isinstance(node, (str, bytes))):
             try:
                 node = node.get(part, None)
-            except Exception:  # omegaconf struct mode or interpolation errors: treat as absent
-                return default
+            except Exception as err:  # omegaconf's errors share no base class with a plain mapping's
+                first = str(err).splitlines()[0] if str(err) else ""
+                raise VerlConfigError(f"{dotted}: cannot be read ({type(err).__name__}: {first})") from None
         else:
             node = getattr(node, part, None)
     return default if node is None else node
@@ -130,6 +137,14 @@ def config_problems(config: Any) -> list[str]:
                 f"reward.custom_reward_function.name=compute_score (it returns acc), or, if your reward function "
                 f"returns {{'score': ..., 'acc': ...}}, say so with +algorithm.{name}.verdict=acc"
             )
+
+    # --- multi-turn rollouts ------------------------------------------------------------------------------
+    if _truthy(_get(config, "actor_rollout_ref.rollout.multi_turn.enable", False)):
+        problems.append(
+            "actor_rollout_ref.rollout.multi_turn.enable=true: multi-turn responses interleave tool output that the "
+            f"response mask leaves out, so '{name}' would read neither the response length nor the answer as its "
+            "paper defines them (untested); set actor_rollout_ref.rollout.multi_turn.enable=false"
+        )
 
     # --- what only the dynashape trainer mode provides (the shaper's declaration, Shaper.needs) --------------
     extras = trainer_extras(name)

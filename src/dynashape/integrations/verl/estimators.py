@@ -40,7 +40,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from dynashape.batch import RolloutBatch, group_ids_from_uids
+from dynashape.integrations.verl.convert import (
+    batch_from_rows,
+    broadcast_advantages,
+    check_shapes,
+    content_order,
+    correct_from_acc,
+    group_ids_from_index,
+    reordered,
+    rollout_batch_from_verl,
+)
 from dynashape.integrations.verl.settings import ADAPTER_KEYS, EstimatorSettings, parse_settings
 from dynashape.integrations.verl.state import save_state_atomic
 from dynashape.shapers import Shaped, available_shapers, config_class, shaper_needs
@@ -50,6 +59,7 @@ __all__ = [
     "VERL_OWN_ESTIMATORS",
     "EstimatorExtras",
     "EstimatorSettings",
+    "batch_from_rows",
     "broadcast_advantages",
     "content_order",
     "correct_from_acc",
@@ -60,6 +70,7 @@ __all__ = [
     "parse_settings",
     "pending_extras",
     "provide_extras",
+    "reordered",
     "reset_sessions",
     "rollout_batch_from_verl",
     "save_state_atomic",
@@ -96,99 +107,11 @@ def __getattr__(name: str) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Conversion (pure)
-# ---------------------------------------------------------------------------------------------------------
-
-
-def group_ids_from_index(index: Sequence[Any] | np.ndarray, device: torch.device | None = None) -> torch.Tensor:
-    """verl's per-rollout uid array -> LongTensor [N] of group ids (numbered by sorted uid)."""
-    try:
-        return group_ids_from_uids(index, device)
-    except ValueError as err:
-        raise ValueError(f"index: {err}") from None
-
-
-def rollout_batch_from_verl(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Sequence[Any] | np.ndarray,
-    *,
-    correct_threshold: float = 0.5,
-    correct: torch.Tensor | None = None,
-    residual_reward: bool = False,
-    prompt_keys: Sequence[str] | None = None,
-    fingerprints: torch.Tensor | None = None,
-) -> RolloutBatch:
-    """Build a RolloutBatch from verl estimator inputs.
-
-    Args:
-        token_level_rewards: float [bs, T], the outcome score at the last valid token (summed per row).
-        response_mask: [bs, T] 0/1 mask of response tokens.
-        index: [bs] uid per rollout (same uid = same prompt in this step).
-        correct_threshold: Row is correct when its summed reward exceeds this (ignored when `correct` given).
-        correct: Optional Bool [bs], the verifier's verdict (e.g. reward_extra_info["acc"]).
-        residual_reward: Add rewards [bs, 1] = summed score - correct (see EstimatorSettings).
-        prompt_keys: Optional [bs] stable prompt ids (MEDS memory).
-        fingerprints: Optional float [bs, D], NaN rows where absent (MEDS).
-    """
-    if token_level_rewards.dim() != 2 or response_mask.shape != token_level_rewards.shape:
-        raise ValueError(
-            f"token_level_rewards/response_mask: expected equal shapes [bs, T], got "
-            f"{tuple(token_level_rewards.shape)} and {tuple(response_mask.shape)}"
-        )
-    bs = token_level_rewards.shape[0]
-    if len(index) != bs:
-        raise ValueError(f"index: has {len(index)} uids but token_level_rewards has {bs} rows")
-    score = token_level_rewards.sum(-1)
-    if correct is None:
-        correct = score > correct_threshold
-    lengths = response_mask.sum(-1).long()
-    device = lengths.device
-    correct = correct.to(device=device, dtype=torch.bool)
-    residual = (score.to(torch.float32) - correct.to(torch.float32))[:, None] if residual_reward else None
-    return RolloutBatch(
-        group_ids=group_ids_from_index(index, device),
-        correct=correct,
-        lengths=lengths,
-        rewards=residual,
-        prompt_keys=None if prompt_keys is None else [str(k) for k in prompt_keys],
-        fingerprints=None if fingerprints is None else fingerprints.to(device),
-    )
-
-
-def content_order(batch: RolloutBatch) -> np.ndarray:
-    """A row order that depends on the rows' contents only, never on their order in ``batch``.
-
-    Sorted by prompt key, verdict, whether a fingerprint was taken, the fingerprint's values, then the length
-    (a stable sort: rows equal in all of these are interchangeable for the shaper). Needs ``prompt_keys``.
-
-    Returns:
-        int64 [N] permutation: ``batch`` row ``order[i]`` goes to position i.
-    """
-    if batch.prompt_keys is None:
-        raise ValueError("content_order: the batch has no prompt_keys")
-    key_rank = np.unique(np.asarray(batch.prompt_keys, dtype=str), return_inverse=True)[1].reshape(-1)
-    columns: list[np.ndarray] = [batch.lengths.cpu().numpy()]
-    if batch.fingerprints is not None:
-        fp = batch.fingerprints.detach().to(torch.float64).cpu().numpy()
-        taken = np.isfinite(fp).all(axis=1)
-        columns += [np.where(taken, fp[:, j], 0.0) for j in reversed(range(fp.shape[1]))]
-        columns.append((~taken).astype(np.int64))
-    columns += [batch.correct.cpu().numpy().astype(np.int64), key_rank]
-    return np.lexsort(columns).astype(np.int64)  # the last column is the primary key
-
-
-def broadcast_advantages(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    """[bs] per-rollout advantage -> [bs, T] over the response tokens (0 elsewhere), float32."""
-    return advantages.to(torch.float32)[:, None] * response_mask.to(torch.float32)
-
-
-# ---------------------------------------------------------------------------------------------------------
 # Driver-side state: one shaper per estimator name, extras handed over by the trainer, metrics
 # ---------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)  # identity equality: fields hold tensors
 class EstimatorExtras:
     """Per-sample extras for the next estimator call (rows in the order of verl's batch).
 
@@ -203,34 +126,6 @@ class EstimatorExtras:
     fingerprints: torch.Tensor | None = None
     correct: torch.Tensor | None = None
     padding: torch.Tensor | None = None
-
-
-def correct_from_acc(values: Sequence[Any] | np.ndarray | None) -> torch.Tensor | None:
-    """The reward function's ``acc`` values [bs] -> Bool [bs] (CPU), or None unless every row has one.
-
-    ``acc`` is a bool (dynashape's and verl's math reward functions) or a number (verl's DAPO reward manager
-    stores a float-returning function's raw score as ``acc``: 0/1 or -1/+1); a number counts as correct above 0.5.
-
-    Raises:
-        ValueError: a NaN/inf value (naming its row).
-    """
-    if values is None:
-        return None
-    arr = np.asarray(values)
-    if arr.ndim != 1 or arr.shape[0] == 0:
-        return None
-    if arr.dtype == np.bool_:
-        return torch.from_numpy(arr.copy())
-    if arr.dtype.kind in "iuf":
-        numbers = arr.astype(np.float64)
-    else:  # object arrays (lists of dicts' values): every row must hold a bool or a number
-        if any(v is None or isinstance(v, str) or not np.isscalar(v) for v in arr):
-            return None
-        numbers = np.array([float(v) for v in arr], dtype=np.float64)
-    bad = np.flatnonzero(~np.isfinite(numbers))
-    if bad.size:
-        raise ValueError(f"reward_extra_info['acc']: row {int(bad[0])} is {numbers[bad[0]]}; expected a finite verdict")
-    return torch.from_numpy(numbers > 0.5)
 
 
 class _Session:
@@ -283,7 +178,9 @@ def provide_extras(extras: EstimatorExtras) -> Iterator[None]:
     try:
         yield
     finally:
-        _PENDING_EXTRAS.remove(extras)
+        # by identity: the blocks nest, so this one's extras are the last whose identity matches
+        at = max(i for i, pending in enumerate(_PENDING_EXTRAS) if pending is extras)
+        del _PENDING_EXTRAS[at]
 
 
 def _check_extras(extras: EstimatorExtras, bs: int) -> None:
@@ -340,11 +237,7 @@ def estimate(
             f"the '{name}' advantage estimator needs per-prompt uids: verl passes index=non_tensor_batch['uid']; "
             "it was missing from the batch"
         )
-    if token_level_rewards.dim() != 2 or response_mask.shape != token_level_rewards.shape:
-        raise ValueError(
-            f"token_level_rewards/response_mask: expected equal shapes [bs, T], got "
-            f"{tuple(token_level_rewards.shape)} and {tuple(response_mask.shape)}"
-        )
+    check_shapes(token_level_rewards, response_mask)
     session = session_for(name, config)
     extras = _PENDING_EXTRAS[-1] if _PENDING_EXTRAS else EstimatorExtras()
     bs = token_level_rewards.shape[0]
@@ -358,41 +251,45 @@ def estimate(
         raise ValueError(f"index: has {len(index)} uids but token_level_rewards has {bs} rows")
     correct = _verdict(name, session.settings, extras, config)
     device = response_mask.device
+    # Reduce [bs, T] to per-row vectors once; every selection below works on [bs] vectors.
+    lengths = response_mask.sum(-1)
     # Rollouts only: verl's synthetic padding rows and rows without a response token never reach the shaper.
-    keep = response_mask.sum(-1) > 0
+    keep = lengths > 0
     if extras.padding is not None:
         keep = keep & ~extras.padding.to(device=device, dtype=torch.bool)
+    kept = int(keep.sum())
     advantages = torch.zeros(bs, dtype=torch.float32, device=device)
-    if not bool(keep.any()):
+    if kept == 0:
         session.last_metrics = {"dynashape/excluded_rows": float(bs)}
         session.calls += 1
         return broadcast_advantages(advantages, response_mask), None
-    rows = keep.nonzero().squeeze(-1)
-
-    def batch_of(rows: torch.Tensor) -> RolloutBatch:
-        rows_np = rows.cpu().numpy()
-        return rollout_batch_from_verl(
-            token_level_rewards[rows],
-            response_mask[rows],
-            np.asarray(index, dtype=object)[rows_np],
-            correct_threshold=session.settings.correct_threshold,
-            correct=None if correct is None else correct.to(device)[rows],
-            residual_reward=session.settings.residual_reward,
-            prompt_keys=None if extras.prompt_keys is None else np.asarray(extras.prompt_keys, dtype=object)[rows_np],
-            fingerprints=None if extras.fingerprints is None else extras.fingerprints.to(device)[rows],
-        )
-
+    rows = None if kept == bs else keep.nonzero().squeeze(-1)
     with torch.no_grad():
-        batch = batch_of(rows)
+        batch = batch_from_rows(
+            token_level_rewards.sum(-1),
+            lengths,
+            index,
+            rows=rows,
+            correct_threshold=session.settings.correct_threshold,
+            correct=correct,
+            residual_reward=session.settings.residual_reward,
+            prompt_keys=extras.prompt_keys,
+            fingerprints=extras.fingerprints,
+        )
         if batch.prompt_keys is not None and shaper_needs(name).prompt_keys:
             # A memory keyed by prompt (MEDS) stores rows in the order it is given them, and that order decides
             # its kNN ties and which points the per-bank cap drops. verl's order is the order rollouts finished
             # in, so a resumed run would store the same rows differently: hand them over in content order.
-            rows = rows[torch.from_numpy(content_order(batch)).to(rows.device)]
-            batch = batch_of(rows)
+            order = torch.from_numpy(content_order(batch)).to(device)
+            batch = reordered(batch, order)
+            rows = order if rows is None else rows[order]
         shaped = session.shaper(batch)
-        advantages[rows] = shaped.advantages.to(device=device, dtype=torch.float32)
-    session.last_metrics = {**shaped.metrics, "dynashape/excluded_rows": float(bs - rows.numel())}
+        values = shaped.advantages.to(device=device, dtype=torch.float32)
+        if rows is None:
+            advantages = values
+        else:
+            advantages[rows] = values
+    session.last_metrics = {**shaped.metrics, "dynashape/excluded_rows": float(bs - kept)}
     session.calls += 1
     return broadcast_advantages(advantages, response_mask), shaped
 

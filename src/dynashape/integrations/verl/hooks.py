@@ -47,6 +47,7 @@ __all__ = [
     "load_shaper_state",
     "patch_advantage_metrics",
     "patch_compute_advantage",
+    "patch_refusal",
     "patch_trainer_class",
     "save_shaper_state",
 ]
@@ -84,8 +85,8 @@ def load_shaper_state(trainer: Any) -> str | None:
     """Restore the shaper state saved at the step verl resumed from; returns the file read (None: none read).
 
     Raises:
-        StateFileError: (a ValueError naming the file) the file is not a plain dynashape state, belongs to
-            another run or step, or the shaper cannot load it.
+        StateFileError: (a ValueError naming the file) the file is missing (unless ``algorithm.<name>.fresh_state``
+            is true), is not a plain dynashape state, belongs to another run or step, or the shaper cannot load it.
     """
     config = trainer.config
     name = _our_estimator(config)
@@ -95,6 +96,15 @@ def load_shaper_state(trainer: Any) -> str | None:
     session = session_for(name, config.algorithm)
     path = state_path(config, name, step, session.settings.state_dir, resuming=True)
     if not os.path.exists(path):
+        # A silent fresh start would train on a reset EMA / memory (a wrong state_dir, a checkpoint copied
+        # without our file): only an explicit setting allows it.
+        if not session.settings.fresh_state:
+            raise StateFileError(
+                path,
+                f"no '{name}' shaper state for the step verl resumes from ({step}); point "
+                f"algorithm.{name}.state_dir at the folder holding global_step_{step}/, or set "
+                f"+algorithm.{name}.fresh_state=true to start the shaper fresh",
+            )
         logger.warning("dynashape: %s not found; the '%s' shaper starts fresh at step %d", path, name, step)
         return None
     state = load_state_file(path, estimator=name, global_step=step, run=run_identity(config))
@@ -137,6 +147,27 @@ def patch_trainer_class(cls: type) -> None:
     cls.__init__ = __init__
     cls._save_checkpoint = _save_checkpoint
     cls._load_checkpoint = _load_checkpoint
+    setattr(cls, _MARK, True)
+
+
+def patch_refusal(cls: type, problem: str) -> None:
+    """Wrap ``cls.__init__`` alone so that a trainer configured with one of our estimators raises
+    :class:`~dynashape.integrations.verl.versions.VerlVersionError` (`problem`) before it builds anything; other
+    estimators construct as verl alone would (idempotent). Armed instead of every other hook on an untested verl."""
+    from dynashape.integrations.verl.versions import VerlVersionError
+
+    if cls.__dict__.get(_MARK, False):
+        return
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        config = _config_arg(args, kwargs)
+        if config is not None and _our_estimator(config) is not None:
+            raise VerlVersionError(problem)
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
     setattr(cls, _MARK, True)
 
 

@@ -24,6 +24,7 @@ VERDICTS: tuple[str, ...] = ("auto", "acc", "threshold")
 #: Keys under algorithm.<name> that configure the adapter rather than the shaper.
 ADAPTER_KEYS: tuple[str, ...] = (
     "state_dir",
+    "fresh_state",
     "verdict",
     "correct_threshold",
     "residual_reward",
@@ -47,6 +48,9 @@ class EstimatorSettings:
         shaper_params: Keyword parameters of the shaper, already accepted by its config class.
         state_dir: Root of the ``global_step_N/dynashape_<name>_state.pt`` files written with each verl checkpoint
             (None: inside verl's own ``trainer.default_local_dir/global_step_N``).
+        fresh_state: When verl resumes from a step whose shaper state file is missing: False (default) fails,
+            naming the file looked for; True starts the shaper fresh (LEAD's EMA, the MEDS memory) with a
+            warning. Only for a resume from a checkpoint written without the plugin.
         verdict: Where a rollout's correctness comes from. ``auto`` (default): the reward function's ``acc``
             (``reward_extra_info["acc"]``) when every row has it, else the threshold; ``acc``: always ``acc``, an
             error when it is missing; ``threshold``: always ``sum(token_level_rewards) > correct_threshold``.
@@ -65,6 +69,7 @@ class EstimatorSettings:
     name: str
     shaper_params: tuple[tuple[str, Any], ...]
     state_dir: str | None = None
+    fresh_state: bool = False
     verdict: str = "auto"
     correct_threshold: float = 0.5
     residual_reward: bool = False
@@ -119,6 +124,9 @@ def parse_settings(name: str, config: Any) -> EstimatorSettings:
     state_dir = section.pop("state_dir", None)
     if state_dir is not None and (not isinstance(state_dir, str) or not state_dir):
         raise ValueError(f"algorithm.{name}.state_dir: must be a non-empty path string, got {state_dir!r}")
+    fresh_state = section.pop("fresh_state", False)
+    if not isinstance(fresh_state, bool):
+        raise ValueError(f"algorithm.{name}.fresh_state: must be true or false, got {fresh_state!r}")
     verdict = section.pop("verdict", "auto")
     if verdict not in VERDICTS:
         raise ValueError(f"algorithm.{name}.verdict: must be one of {', '.join(VERDICTS)}, got {verdict!r}")
@@ -158,6 +166,7 @@ def parse_settings(name: str, config: Any) -> EstimatorSettings:
         name=name,
         shaper_params=tuple(sorted(section.items())),
         state_dir=state_dir,
+        fresh_state=fresh_state,
         verdict=verdict,
         correct_threshold=float(threshold),
         residual_reward=residual,
