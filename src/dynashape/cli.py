@@ -33,6 +33,18 @@ from typing import Any
 __all__ = ["build_parser", "main"]
 
 
+def _section_overrides(items: Sequence[str], section: str, keys: Sequence[str], command: str) -> dict[str, Any]:
+    """``--set`` of a command that takes one config section only (``evaluate``: prompt.*, ``eval``: eval.*):
+    any other key is refused naming that section's keys, not train's."""
+    for item in items:
+        key = item.split("=", 1)[0].strip()
+        if not key.startswith(section + ".") or key.removeprefix(section + ".") not in keys:
+            raise ValueError(
+                f"--set {key}: dynashape {command} takes {section}.KEY=VALUE with KEY one of {', '.join(keys)}"
+            )
+    return _overrides(items).get(section, {})
+
+
 def _overrides(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     """``--set section.key=value`` pairs (YAML values) sorted by config section (``config.parse_overrides``):
     ``eval.n_samples=2``, ``task.max_ops=6``, ``prompt.chat_template=false``; a bare key is train's
@@ -66,7 +78,11 @@ def _template(args: argparse.Namespace, eval_defaults: Any = None) -> tuple[Any,
     # --eval-samples / --eval-max-new-tokens: short forms of --set eval.n_samples / eval.max_new_tokens
     for flag, field_name in (("eval_samples", "n_samples"), ("eval_max_new_tokens", "max_new_tokens")):
         if getattr(args, flag, None) is not None:
-            parts["eval"] = dataclasses.replace(parts.get("eval", base.eval), **{field_name: getattr(args, flag)})
+            try:
+                parts["eval"] = dataclasses.replace(parts.get("eval", base.eval), **{field_name: getattr(args, flag)})
+            except ValueError:  # the field's own message names eval.<field>; the user typed the flag
+                option = "--" + flag.replace("_", "-")
+                raise ValueError(f"{option} must be >= 1, got {getattr(args, flag)}") from None
     # every section starts from ``base`` (so a plan's evaluation reaches the runs), the command line's on top
     template = dataclasses.replace(
         base, model_path=args.model, data_path=args.data, device=args.device, cache_dir=args.cache_dir, **parts
@@ -141,6 +157,19 @@ def _add_regime(p: argparse.ArgumentParser) -> None:
     )
 
 
+class _PresetHelp(argparse.HelpFormatter):
+    """Fills ``{presets}`` in a help text with the preset names, imported only when help is shown (the presets
+    import torch, which every other use of the parser does without)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = super()._get_help_string(action)
+        if text and "{presets}" in text:
+            from dynashape.study.presets import PRESETS
+
+            text = text.replace("{presets}", ", ".join(PRESETS))
+        return text
+
+
 COMPARISON_PLANS = ("full", "v2")  # dynashape.study.compare.COMPARISON_PLAN's names (not imported: startup time)
 
 
@@ -148,8 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dynashape", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("train", help="train one preset (default lead) and report")
-    p.add_argument("--method", default="lead", help="preset name (dynashape.study.presets)")
+    p = sub.add_parser("train", help="train one preset (default lead) and report", formatter_class=_PresetHelp)
+    p.add_argument("--method", default="lead", help="preset name: {presets} (default lead)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--run-dir", default=None, help="run folder (default runs/<method>-seed<seed>); resumes")
     _add_results(p)
@@ -159,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         "compare",
         help="paired-seed comparison: tune on the validation split, train every row and seed in parallel "
         "(resumable), write results.md / results.json",
+        formatter_class=_PresetHelp,
     )
     p.add_argument(
         "--plan",
@@ -166,7 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="a pre-registered plan: full (docs/results.md) or v2, the powered follow-up (docs/results-v2.md)",
     )
-    p.add_argument("--methods", default=None, help="presets to compare (without --plan; with it, a filter of its rows)")
+    p.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated presets to compare (without --plan; with it, a filter of its rows): {presets}",
+    )
     p.add_argument(
         "--seeds", default=None, help="paired seeds: a list (0,1,2) or a count (5 = 0..4); default: the plan's 5"
     )
@@ -301,9 +335,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(
             f"{args.method}: accuracy {ev['base']['accuracy']:.3f} -> {ev['final']['accuracy']:.3f}, "
             f"length {ev['base']['mean_length']:.1f} -> {ev['final']['mean_length']:.1f} "
-            f"({ev['length_ratio']:.0%}), AES {ev['aes']}; report: {run_dir / 'report.md'}"
+            f"({ev['length_ratio']:.0%}), AES {'n/a' if ev['aes'] is None else format(ev['aes'], '.4f')}; "
+            f"report: {run_dir / 'report.md'}"
         )
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 benchmark``, ``2 benchmarks``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _seeds(text: str | None, default: Sequence[int]) -> list[int]:
@@ -332,6 +372,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     plan = plan or ComparisonPlan(rows={})
     seeds = _seeds(args.seeds, plan.seeds)
     template, train_kw = _template(args, plan.eval)
+    _check_rows(template, rows, seeds[0], train_kw)
     present = {f"{r}/{m}" for r, ms in rows.items() for m in ms}
     out = Path(args.out)
     result = run_comparison(
@@ -356,6 +397,23 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         return 0
     _write_results(out, args.report)
     return 1 if result["failed"] else 0
+
+
+def _check_rows(template: Any, rows: dict[str, Sequence[str]], seed: int, train_kw: dict[str, Any]) -> None:
+    """Refuse what a comparison's runs would refuse, before it writes anything: the model and data once (every
+    run shares them), each row's preset and shaper parameters."""
+    from dynashape.study.presets import make_train_config
+    from dynashape.train.run import check_runnable, check_shaper
+
+    configs = [
+        dataclasses.replace(template, train=make_train_config(method, regime=regime, seed=seed, **train_kw))
+        for regime, methods in rows.items()
+        for method in methods
+    ]
+    if configs:
+        check_runnable(configs[0])
+    for cfg in configs[1:]:
+        check_shaper(cfg)
 
 
 def _write_results(out: Path, report: str | None) -> None:
@@ -384,10 +442,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     # the hash its checkpoints carry: of config.yaml as the run wrote it (an older layout hashes differently once
     # from_dict has moved its keys), before evaluation overrides
     cfg_hash = ckpt.config_hash(written)
-    sections = _overrides(args.set or [])
-    if set(sections) - {"eval"}:
-        raise ValueError(f"--set: dynashape eval takes eval.* keys only, got sections {sorted(sections)}")
-    eval_cfg = _replace("eval", cfg.eval, sections.get("eval", {}))
+    eval_keys = [f.name for f in dataclasses.fields(cfg.eval)]
+    eval_cfg = _replace("eval", cfg.eval, _section_overrides(args.set or [], "eval", eval_keys, "eval"))
     if args.samples is not None:
         eval_cfg = dataclasses.replace(eval_cfg, n_samples=args.samples)
     cfg = dataclasses.replace(cfg, eval=eval_cfg)
@@ -421,10 +477,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         seed=args.seed,
     )
-    sections = _overrides(args.set or [])
-    if set(sections) - {"prompt"}:
-        raise ValueError(f"--set: dynashape evaluate takes prompt.* keys only, got sections {sorted(sections)}")
-    prompt = _replace("prompt", PromptConfig(), sections.get("prompt", {}))
+    prompt_keys = [f.name for f in dataclasses.fields(PromptConfig)]
+    prompt = _replace("prompt", PromptConfig(), _section_overrides(args.set or [], "prompt", prompt_keys, "evaluate"))
     results = evaluate_with_base(
         args.model,
         parse_data(args.data),
@@ -444,7 +498,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     aes = overall.get("aes")
     print(
         f"{args.protocol}: accuracy {overall['accuracy']:.3f}, mean length {overall['mean_length']:.1f} "
-        f"(unweighted over {overall['n_benchmarks']} benchmarks)"
+        f"(unweighted over {_count(overall['n_benchmarks'], 'benchmark')})"
         + ("" if args.base is None else f", AES {'n/a' if aes is None else round(aes['value'], 4)}")
         + f"; {Path(args.out) / 'results.md'}"
     )

@@ -99,15 +99,21 @@ def test_cli_evaluates_math500_and_gsm8k_with_the_base_itself(tiny_llama_dir, tm
     assert res["overall"]["aes"]["value"] == 0.0 and res["base"] == res["model"]
     lines = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
     assert len(lines) == 2 * 2 * 2
-    assert set(lines[0]) == {"benchmark", "problem_id", "sample", "correct", "length", "truncated", "text"}
+    assert set(lines[0]) == {
+        "benchmark", "problem_id", "sample", "correct", "length", "truncated", "text", "gold", "extracted"
+    }  # fmt: skip
+    golds = {b.name: {p.problem_id: p.answer for p in b.problems} for b in _benchmarks()}
+    assert all(r["gold"] == golds[r["benchmark"]][r["problem_id"]] for r in lines)
     assert {(r["benchmark"], r["sample"]) for r in lines} == {(b, s) for b in ("math500", "gsm8k") for s in (0, 1)}
     md = (out / "results.md").read_text()
     assert "| | math500 (avg@2) | gsm8k (avg@2) | Average |" in md and "AES vs base" in md
     assert (out / "passk.png").stat().st_size > 0 and (out / "lengths.png").stat().st_size > 0
     assert "accuracy 0.000" in capsys.readouterr().out
-    # a rerun samples nothing: everything comes from the cache
+    # a rerun samples nothing: everything comes from the cache, and the recorded cost stays the first run's
+    seconds = res["seconds"]
     assert main(argv) == 0
-    assert json.loads((out / "results.json").read_text())["sampled_now"] == 0
+    again = json.loads((out / "results.json").read_text())
+    assert again["sampled_now"] == 0 and again["seconds"] == seconds
 
 
 def test_a_killed_evaluation_resumed_from_its_cache_equals_an_uninterrupted_one(tiny_llama_dir, tmp_path):

@@ -99,9 +99,9 @@ def test_dataset_loader_jsonl_and_verl(tmp_path):
     assert [(p.prompt, p.answer) for p in test] == [("2+2?\n", "4")]
     assert [(p.prompt, p.answer) for p in train] == [("3+3?\n", "6")]
     (tmp_path / "bad.jsonl").write_text(json.dumps({"text": "x"}) + "\n")
-    with pytest.raises(ValueError, match="row 0 has no problem text"):
+    with pytest.raises(ValueError, match="line 1 has no problem text"):
         load_dataset_problems(tmp_path / "bad.jsonl")
-    with pytest.raises(ValueError, match="data_path"):
+    with pytest.raises(ValueError, match="--data"):
         load_dataset_problems(tmp_path / "missing.csv")
 
 
