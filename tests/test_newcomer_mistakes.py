@@ -218,3 +218,17 @@ def test_export_feeds_evaluate_and_transformers(work):
     results = json.loads((work / "evals" / "exported" / "results.json").read_text())
     assert results["model"] == str(exported.resolve()) and results["benchmarks"]["good"]["n_problems"] == 8
     assert "unweighted over 1 benchmark)" in done.stdout
+
+
+def test_compare_without_ray_writes_nothing(tmp_path, monkeypatch):
+    """Ray missing is said before the comparison folder, its lock or comparison.json exist."""
+    import importlib.util
+
+    from dynashape.study.compare import run_comparison
+    from dynashape.train.config import RunConfig
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else find_spec(name, *a))
+    with pytest.raises(RuntimeError, match=r"Ray is not installed: pip install 'dynashape\[study\]'"):
+        run_comparison(tmp_path / "cmp", rows={"tight": ["grpo"]}, seeds=[0], template=RunConfig(), tune=False)
+    assert not (tmp_path / "cmp").exists()

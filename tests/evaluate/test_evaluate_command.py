@@ -160,6 +160,21 @@ def test_a_base_results_folder_is_read_and_must_share_the_settings(tiny_llama_di
         evaluate_with_base(
             str(tiny_llama_dir), _benchmarks(), hotter, tmp_path / "h", base=str(tmp_path / "base"), **kw
         )
+    assert not (tmp_path / "h").exists(), "refused before the model was sampled: no folder, lock or cache"
+
+
+def test_progress_counts_finished_batches(tiny_llama_dir, tmp_path, capsys):
+    """The bar's unit is a batch (its samples finish together near its end, so counting samples left the bar
+    at 0 for most of a run): 9 samples in batches of 4 are 3 steps, each line says how many samples are done."""
+    from dynashape.evaluate.protocols import get_protocol
+    from dynashape.evaluate.run import evaluate_checkpoint
+
+    protocol = get_protocol("custom").with_overrides(samples=3, max_new_tokens=4)
+    evaluate_checkpoint(str(tiny_llama_dir), _benchmarks()[:1], protocol, tmp_path / "p", backend="transformers",
+                        batch_size=4, max_problems=3, verifier=ParityVerifier(), progress=True)  # fmt: skip
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("evaluate ")]
+    assert lines and lines[-1].startswith(f"evaluate {tiny_llama_dir.name}: 3/3 batches (100%)")
+    assert lines[-1].endswith("samples=9/9")
 
 
 def test_meds_protocol_takes_the_wrong_answers_fingerprints(tiny_llama_dir, tmp_path, monkeypatch):
