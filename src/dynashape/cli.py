@@ -137,15 +137,20 @@ def _add_common(p: argparse.ArgumentParser, *, progress: bool = True) -> None:
 def _add_results(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--results",
-        default="docs/results.json",
-        help="a comparison's results.json for the report's plain-GRPO reference line (default docs/results.json, "
-        "relative to the working directory; skipped when absent)",
+        default=None,
+        help="a comparison's results.json for the report's plain-GRPO reference (default: the one shipped with "
+        "dynashape, from the pre-registered comparison, docs/results.json)",
     )
 
 
 def _results_path(args: argparse.Namespace) -> Path | None:
-    path = Path(args.results) if args.results else None
-    return path if path is not None and path.is_file() else None
+    """``--results``, refused in one line when it names no file (checked before a run starts)."""
+    if args.results is None:
+        return None
+    path = Path(args.results)
+    if not path.is_file():
+        raise ValueError(f"--results {args.results!r}: no such file; expected a comparison's results.json")
+    return path
 
 
 def _add_regime(p: argparse.ArgumentParser) -> None:
@@ -336,9 +341,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from dynashape.train.run import train
 
     cfg = _run_config(args, args.method, args.seed)
+    results = _results_path(args)
     regime = "" if args.regime == "tight" else f"-{args.regime}"
     run_dir = Path(args.run_dir or f"runs/{args.method}{regime}-seed{args.seed}")
-    result = train(cfg, run_dir, progress=not args.no_progress, results=_results_path(args))
+    result = train(cfg, run_dir, progress=not args.no_progress, results=results)
     ev = result.eval
     if ev is not None:
         print(
@@ -348,11 +354,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
             f"report: {run_dir / 'report.md'}"
         )
     return 0
-
-
-def _count(n: int, noun: str) -> str:
-    """``1 benchmark``, ``2 benchmarks``."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _seeds(text: str | None, default: Sequence[int]) -> list[int]:
@@ -470,6 +471,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from dynashape._text import counted
     from dynashape.evaluate.benchmarks import parse_data
     from dynashape.evaluate.protocols import get_protocol
     from dynashape.evaluate.run import evaluate_with_base
@@ -505,7 +507,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     aes = overall.get("aes")
     print(
         f"{args.protocol}: accuracy {overall['accuracy']:.3f}, mean length {overall['mean_length']:.1f} "
-        f"(unweighted over {_count(overall['n_benchmarks'], 'benchmark')})"
+        f"(unweighted over {counted(overall['n_benchmarks'], 'benchmark')})"
         + ("" if args.base is None else f", AES {'n/a' if aes is None else round(aes['value'], 4)}")
         + f"; {Path(args.out) / 'results.md'}"
     )
