@@ -262,7 +262,7 @@ def _sample_and_score(
                 verifier.close()
         results: dict[str, Any] = {
             "format": RESULTS_FORMAT,
-            "protocol": settings,
+            "protocol": _published(settings),
             "model": plan.identity["path"],
             "base": None,
             "benchmarks": {},
@@ -309,7 +309,7 @@ def _seconds(path: Path, now: float, *, settings: dict[str, Any], sampled_now: i
             previous = state.read_json(path)
         except state.StateFileError:
             previous = None
-        if isinstance(previous, dict) and previous.get("protocol") == settings:
+        if isinstance(previous, dict) and previous.get("protocol") == _published(settings):
             seconds = previous.get("seconds")
             if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
                 return float(seconds)
@@ -324,9 +324,17 @@ def _finite_or_none(row: np.ndarray) -> list[float] | None:
     return None if np.isnan(row).any() else [float(x) for x in row]
 
 
+def _published(settings: dict[str, Any]) -> dict[str, Any]:
+    """results.json's ``protocol``: the settings without the protocol's own per-benchmark table
+    (``samples_by_benchmark``, keyed by canonical names), which ``samples_per_benchmark`` states for the benchmarks
+    that ran. The cache key keeps hashing the whole settings, so existing caches stay valid."""
+    return {k: v for k, v in settings.items() if k != "samples_by_benchmark"}
+
+
 def _comparable(settings: dict[str, Any]) -> dict[str, Any]:
-    """The settings two evaluations must share to be compared (not where or how fast they ran)."""
-    skip = {"device", "backend", "batch_size", "benchmarks"}
+    """The settings two evaluations must share to be compared (not where or how fast they ran; a results.json
+    written before ``_published`` also holds ``samples_by_benchmark``, which ``samples_per_benchmark`` decides)."""
+    skip = {"device", "backend", "batch_size", "benchmarks", "samples_by_benchmark"}
     return {k: v for k, v in settings.items() if k not in skip}
 
 
