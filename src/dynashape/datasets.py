@@ -84,7 +84,8 @@ def _gold_answer(row: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _jsonl_rows(path: Path) -> Iterator[Mapping[str, Any]]:
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(where, row) of each line; ``where`` is its 1-based line number, as an editor shows it."""
     with path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
@@ -95,7 +96,7 @@ def _jsonl_rows(path: Path) -> Iterator[Mapping[str, Any]]:
                 raise ValueError(f"{path}: line {number} is not valid JSON ({exc.msg})") from None
             if not isinstance(row, dict):
                 raise ValueError(f"{path}: line {number} must be a JSON object, got {type(row).__name__}")
-            yield row
+            yield f"line {number}", row
 
 
 def _json_array_rows(path: Path) -> list[Mapping[str, Any]]:
@@ -105,8 +106,14 @@ def _json_array_rows(path: Path) -> list[Mapping[str, Any]]:
         raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     for index, row in enumerate(rows):
         if not isinstance(row, dict):
-            raise ValueError(f"{path}: item {index} must be a JSON object, got {type(row).__name__}")
+            raise ValueError(f"{path}: item {index + 1} must be a JSON object, got {type(row).__name__}")
     return rows
+
+
+def _numbered(rows: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(where, row) with the row's 1-based number, as a user counts."""
+    for number, row in enumerate(rows, start=1):
+        yield f"row {number}", row
 
 
 def _parquet_rows(path: Path) -> Iterable[Mapping[str, Any]]:
@@ -141,26 +148,26 @@ def load_math_problems(
         raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
     suffix = path.suffix.lower()
     if suffix == ".json" and path.read_text(encoding="utf-8").lstrip().startswith("["):
-        rows: Iterable[Mapping[str, Any]] = _json_array_rows(path)
+        rows: Iterable[tuple[str, Mapping[str, Any]]] = _numbered(_json_array_rows(path))
     elif suffix in (".jsonl", ".json"):
         rows = _jsonl_rows(path)
     elif suffix == ".parquet":
-        rows = _parquet_rows(path)
+        rows = _numbered(_parquet_rows(path))
     else:
         raise ValueError(f"path must end in .jsonl, .json or .parquet, got {str(path)!r}")
     problems: list[MathProblem] = []
-    for index, row in enumerate(rows):
+    for where, row in rows:
         if limit is not None and len(problems) >= limit:
             break
         problem = _problem_text(row)
         if problem is None:
-            raise ValueError(f"{path}: row {index} has no problem text in {list(_PROBLEM_KEYS)}; keys: {sorted(row)}")
+            raise ValueError(f"{path}: {where} has no problem text in {list(_PROBLEM_KEYS)}; keys: {sorted(row)}")
         answer = _gold_answer(row)
         if answer is None and skip_unanswered:
             continue
         if answer is None:
             raise ValueError(
-                f"{path}: row {index} has no gold answer (reward_model.ground_truth, answer, or a boxed "
+                f"{path}: {where} has no gold answer (reward_model.ground_truth, answer, or a boxed "
                 f"solution); keys: {sorted(row)}"
             )
         split = row.get("split")

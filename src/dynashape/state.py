@@ -226,12 +226,28 @@ def torch_load(path: str | os.PathLike[str], *, map_location: Any = "cpu", expec
     return value
 
 
-def _fsync_tree(root: Path) -> None:
-    """fsync every file and folder under ``root`` (files written by others, e.g. ``save_pretrained``)."""
+def _umask() -> int:
+    """The process's umask, read without setting it where Linux shows it (setting it, even back at once, would
+    race with a file another thread creates meanwhile)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _settle_tree(root: Path) -> None:
+    """fsync every file and folder under ``root`` (files written by others, e.g. ``save_pretrained``), and give
+    each file the mode a file of ours gets (0666 less the umask): safetensors writes its files 0600, which
+    would leave a model folder unreadable to the other users of a shared machine."""
+    mode = 0o666 & ~_umask()
     for folder, _, files in os.walk(root):
         for name in files:
             p = os.path.join(folder, name)
             if not os.path.islink(p):
+                os.chmod(p, mode)
                 _fsync_path(p)
         _fsync_folder(folder)
 
@@ -258,7 +274,7 @@ def atomic_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
             continue
     try:
         yield tmp
-        _fsync_tree(tmp)
+        _settle_tree(tmp)
         try:
             os.rename(tmp, target)  # POSIX: replaces an empty folder, refuses a non-empty one
         except OSError as err:

@@ -140,10 +140,10 @@ def test_data_errors_name_the_field_and_value(tmp_path):
         parse_data("nope.jsonl")
     bad = tmp_path / "AIME_2024.jsonl"
     bad.write_text(json.dumps({"question_text": "1+1?", "answer": "2"}) + "\n")
-    with pytest.raises(ValueError, match=r"row 0 has no problem text in \['problem'"):
+    with pytest.raises(ValueError, match=r"line 1 has no problem text in \['problem'"):
         parse_data(str(bad))
     bad.write_text(json.dumps({"problem": "1+1?"}) + "\n")
-    with pytest.raises(ValueError, match="row 0 has no gold answer"):
+    with pytest.raises(ValueError, match="line 1 has no gold answer"):
         parse_data(str(bad))
     good = tmp_path / "AIME_2024.jsonl"
     good.write_text("".join(json.dumps({"problem": f"{i}+1?", "answer": str(i + 1), "id": f"q{i}"}) + "\n"

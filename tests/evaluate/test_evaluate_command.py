@@ -87,6 +87,7 @@ def test_cli_evaluates_math500_and_gsm8k_with_the_base_itself(tiny_llama_dir, tm
     p = res["protocol"]
     assert (p["name"], p["temperature"], p["top_p"], p["max_new_tokens"], p["seed"]) == ("custom", 1.0, 1.0, 6, 0)
     assert p["samples_per_benchmark"] == {"math500": 2, "gsm8k": 2} and p["backend"] == "transformers"
+    assert "samples_by_benchmark" not in p  # one table of samples, for the benchmarks that ran
     assert p["prompt"]["templated"] and "boxed" in p["prompt"]["suffix_used"]
     assert set(res["benchmarks"]) == {"math500", "gsm8k"}
     for bench in res["benchmarks"].values():
@@ -99,15 +100,21 @@ def test_cli_evaluates_math500_and_gsm8k_with_the_base_itself(tiny_llama_dir, tm
     assert res["overall"]["aes"]["value"] == 0.0 and res["base"] == res["model"]
     lines = [json.loads(x) for x in (out / "generations.jsonl").read_text().splitlines()]
     assert len(lines) == 2 * 2 * 2
-    assert set(lines[0]) == {"benchmark", "problem_id", "sample", "correct", "length", "truncated", "text"}
+    assert set(lines[0]) == {
+        "benchmark", "problem_id", "sample", "correct", "length", "truncated", "text", "gold", "extracted"
+    }  # fmt: skip
+    golds = {b.name: {p.problem_id: p.answer for p in b.problems} for b in _benchmarks()}
+    assert all(r["gold"] == golds[r["benchmark"]][r["problem_id"]] for r in lines)
     assert {(r["benchmark"], r["sample"]) for r in lines} == {(b, s) for b in ("math500", "gsm8k") for s in (0, 1)}
     md = (out / "results.md").read_text()
     assert "| | math500 (avg@2) | gsm8k (avg@2) | Average |" in md and "AES vs base" in md
     assert (out / "passk.png").stat().st_size > 0 and (out / "lengths.png").stat().st_size > 0
     assert "accuracy 0.000" in capsys.readouterr().out
-    # a rerun samples nothing: everything comes from the cache
+    # a rerun samples nothing: everything comes from the cache, and the recorded cost stays the first run's
+    seconds = res["seconds"]
     assert main(argv) == 0
-    assert json.loads((out / "results.json").read_text())["sampled_now"] == 0
+    again = json.loads((out / "results.json").read_text())
+    assert again["sampled_now"] == 0 and again["seconds"] == seconds
 
 
 def test_a_killed_evaluation_resumed_from_its_cache_equals_an_uninterrupted_one(tiny_llama_dir, tmp_path):
@@ -154,6 +161,21 @@ def test_a_base_results_folder_is_read_and_must_share_the_settings(tiny_llama_di
         evaluate_with_base(
             str(tiny_llama_dir), _benchmarks(), hotter, tmp_path / "h", base=str(tmp_path / "base"), **kw
         )
+    assert not (tmp_path / "h").exists(), "refused before the model was sampled: no folder, lock or cache"
+
+
+def test_progress_counts_finished_batches(tiny_llama_dir, tmp_path, capsys):
+    """The bar's unit is a batch (its samples finish together near its end, so counting samples left the bar
+    at 0 for most of a run): 9 samples in batches of 4 are 3 steps, each line says how many samples are done."""
+    from dynashape.evaluate.protocols import get_protocol
+    from dynashape.evaluate.run import evaluate_checkpoint
+
+    protocol = get_protocol("custom").with_overrides(samples=3, max_new_tokens=4)
+    evaluate_checkpoint(str(tiny_llama_dir), _benchmarks()[:1], protocol, tmp_path / "p", backend="transformers",
+                        batch_size=4, max_problems=3, verifier=ParityVerifier(), progress=True)  # fmt: skip
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("evaluate ")]
+    assert lines and lines[-1].startswith(f"evaluate {tiny_llama_dir.name}: 3/3 batches (100%)")
+    assert lines[-1].endswith("samples=9/9")
 
 
 def test_meds_protocol_takes_the_wrong_answers_fingerprints(tiny_llama_dir, tmp_path, monkeypatch):

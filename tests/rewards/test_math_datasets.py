@@ -66,10 +66,10 @@ def test_verl_parquet_layout(tmp_path: Path) -> None:
 
 def test_errors_name_the_row_or_line(tmp_path: Path) -> None:
     no_answer = _jsonl(tmp_path / "a.jsonl", [{"problem": "p", "answer": "1"}, {"problem": "q", "solution": "none"}])
-    with pytest.raises(ValueError, match="row 1 has no gold answer"):
+    with pytest.raises(ValueError, match="line 2 has no gold answer"):
         load_math_problems(no_answer)
     no_problem = _jsonl(tmp_path / "b.jsonl", [{"text": "p", "answer": "1"}])
-    with pytest.raises(ValueError, match="row 0 has no problem"):
+    with pytest.raises(ValueError, match="line 1 has no problem"):
         load_math_problems(no_problem)
     broken = tmp_path / "c.jsonl"
     broken.write_text('{"problem": "p", "answer": "1"}\n{oops\n', encoding="utf-8")

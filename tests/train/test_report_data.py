@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -74,8 +75,9 @@ def test_write_report(tmp_path):
     assert "60.0%" in text  # length ratio
     for png in ("accuracy_length.png", "lambdas.png", "lead_targets.png", "per_difficulty.png", "pass_at_k.png"):
         assert (tmp_path / png).stat().st_size > 1000, png
+    assert "(mean over the last 10 steps: " in text
     lam = summarise_lambda(metrics)
-    assert lam["first"] == pytest.approx(0.48) and lam["last"] == pytest.approx(0.26)
+    assert lam["first"] == pytest.approx(0.48) and lam["last"] == pytest.approx(0.26) and lam["tail_steps"] == 10
     assert lam["last10_mean"] == pytest.approx(sum(0.5 - 0.02 * i for i in range(3, 13)) / 10)
 
 
@@ -99,9 +101,9 @@ def test_dataset_loader_jsonl_and_verl(tmp_path):
     assert [(p.prompt, p.answer) for p in test] == [("2+2?\n", "4")]
     assert [(p.prompt, p.answer) for p in train] == [("3+3?\n", "6")]
     (tmp_path / "bad.jsonl").write_text(json.dumps({"text": "x"}) + "\n")
-    with pytest.raises(ValueError, match="row 0 has no problem text"):
+    with pytest.raises(ValueError, match="line 1 has no problem text"):
         load_dataset_problems(tmp_path / "bad.jsonl")
-    with pytest.raises(ValueError, match="data_path"):
+    with pytest.raises(ValueError, match="--data"):
         load_dataset_problems(tmp_path / "missing.csv")
 
 
@@ -116,12 +118,13 @@ def test_cli_overrides_and_defaults():
     assert args.method == "lead" and args.device == "cpu" and args.model is None
 
 
-def test_report_names_plain_grpo_from_the_committed_comparison_or_says_it_has_none(tmp_path):
-    from dynashape.train.report import _grpo_reference
+def test_report_names_plain_grpo_from_a_comparison_or_says_it_has_none(tmp_path):
+    from dynashape.train.grpo_reference import load_reference, reference_line
 
     results = tmp_path / "results.json"
-    lead = {"method": "lead", "regime": "tight"}
-    assert "no `grpo` run in the tight regime yet" in _grpo_reference(lead, results)  # no file
+    lead = {"method": "lead", "regime": "tight", "steps": 3}
+    results.write_text(json.dumps({"runs": []}))
+    assert "holds no `grpo` run in the tight regime" in reference_line(lead, load_reference(results))
     runs = [
         {"method": "grpo", "regime": "tight", "seed": s, "base": {"mean_length": 60.0},
          "final": {"accuracy": acc, "mean_length": length}}
@@ -129,8 +132,36 @@ def test_report_names_plain_grpo_from_the_committed_comparison_or_says_it_has_no
     ] + [{"method": "grpo", "regime": "loose", "seed": 0, "base": {"mean_length": 60.0},
           "final": {"accuracy": 0.9, "mean_length": 90.0}}]  # fmt: skip
     results.write_text(json.dumps({"runs": runs}))
-    text = _grpo_reference(lead, results)
+    text = reference_line(lead, load_reference(results))
     # mean over the tight seeds only: accuracy (0.5 + 0.6) / 2, length (54 + 48) / 2 = 51 = 85 % of 60
     assert "seeds 0, 1" in text and "accuracy 0.550" in text and "mean length 51.0 tokens (85% of base)" in text
-    loose = _grpo_reference({"method": "lead", "regime": "loose"}, results)
+    assert "steps not recorded there" in text and "not a like-for-like" not in text  # a results.json has no steps
+    loose = reference_line({"method": "lead", "regime": "loose"}, load_reference(results))
     assert "seeds 0;" in loose and "accuracy 0.900" in loose and "--regime loose" in loose
+
+
+def test_the_shipped_grpo_reference_is_the_comparisons_and_names_its_steps(tmp_path):
+    """The package's reference equals what ``summarise_results`` makes of docs/results.json (the full plan's runs
+    train the preset's steps); beside a shorter run, report.md says so."""
+    from dynashape.study.presets import make_train_config
+    from dynashape.train.grpo_reference import SHIPPED, load_reference, reference_line, summarise_results
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "results.json"
+    made = summarise_results(
+        json.loads(docs.read_text()),
+        source="the pre-registered comparison (docs/results.json)",
+        steps=make_train_config("grpo").steps,
+    )
+    assert json.loads(SHIPPED.read_text()) == made == load_reference()
+    text = reference_line({"method": "lead", "regime": "tight", "steps": 3}, load_reference())
+    assert "(the pre-registered comparison (docs/results.json): 50 steps, seeds 0, 1, 2, 3, 4;" in text
+    assert "This run trained 3 steps, not 50" in text
+    assert "This run trained" not in reference_line({"method": "lead", "regime": "tight", "steps": 50}, made)
+
+
+def test_a_short_run_says_over_how_many_steps_lambda_was_averaged(tmp_path):
+    metrics = [{"step": float(i), "accuracy": 0.5, "length/mean": 50.0, "lead/lambda_l": 0.5} for i in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    (tmp_path / "eval.json").write_text(json.dumps(_eval(0.55, 60.0, 0.7) | {"steps": 1}))
+    text = write_report(tmp_path).read_text()
+    assert "(mean over all 3 steps: 0.500)" in text and "1 RL step," in text and "last 10" not in text

@@ -135,8 +135,16 @@ def test_a_failing_run_closes_the_verifier_it_started(tiny_config, tmp_path, mon
     cfg = tiny_config("grpo", steps=1, checkpoint_every=1)
     (tmp_path / "run").mkdir()
     (tmp_path / "run/config.yaml").write_text("task: {n_train: 1}\n")  # another run's folder
-    with pytest.raises(ckpt.CheckpointError, match="different config"):
+    with pytest.raises(ckpt.CheckpointError, match="holds another run"):
         train(cfg, tmp_path / "run", progress=False)
+    assert started == [], "a folder of another run is refused before the verifier starts"
+
+    def broken_base(*args, **kwargs):
+        raise RuntimeError("the base model cannot be read")
+
+    monkeypatch.setattr("dynashape.train.run.load_base", broken_base)
+    with pytest.raises(RuntimeError, match="cannot be read"):
+        train(cfg, tmp_path / "fresh", progress=False)
     assert len(started) == 1 and started[0].closed
 
 
@@ -144,8 +152,11 @@ def test_incompatible_config_is_refused(tiny_config, tmp_path):
     cfg = tiny_config("grpo", steps=1, checkpoint_every=1)
     train(cfg, tmp_path / "run", progress=False, stop_after=1)
     other = tiny_config("grpo", steps=1, checkpoint_every=1, lr=5e-4)
-    with pytest.raises(ckpt.CheckpointError, match="different config"):
+    before = sorted(p.name for p in (tmp_path / "run").iterdir())
+    only_lr = r"holds another run \(train\.lr: [0-9.e-]+ -> 0\.0005; old -> new\)"
+    with pytest.raises(ckpt.CheckpointError, match=only_lr):
         train(other, tmp_path / "run", progress=False)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before
     # more steps on the same trajectory is allowed
     longer = tiny_config("grpo", steps=2, checkpoint_every=1)
     res = train(longer, tmp_path / "run", progress=False, report=False)

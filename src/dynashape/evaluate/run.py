@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from dynashape.evaluate.cache import GenerationCache, settings_key
 from dynashape.evaluate.protocols import Protocol
 from dynashape.evaluate.results import add_aes, summarise, summarise_benchmark
 from dynashape.train.evaluation import select_problems
+from dynashape.train.model_folder import check_model_folder, model_folder_problem, results_folder
 from dynashape.train.prompts import BOXED_INSTRUCTION, PromptConfig, PromptFormat
 
 __all__ = ["RESULTS_FORMAT", "evaluate_checkpoint", "evaluate_with_base"]
@@ -38,12 +39,10 @@ FINGERPRINT_LAYERS = 14
 """MEDS's fingerprint: the last 14 decoder layers (spec meds.md section 1), fewer on a shallower model."""
 
 
-def _model_identity(model_dir: str) -> dict[str, Any]:
+def _model_identity(model_dir: str, flag: str) -> dict[str, Any]:
     """The model folder and its files' sizes and modification times: new weights under the same path give a
-    new cache key."""
-    root = Path(model_dir).resolve()
-    if not root.is_dir():
-        raise ValueError(f"--model {model_dir!r}: not a folder")
+    new cache key. A folder that is no model is refused here, naming ``flag``, before anything is written."""
+    root = check_model_folder(model_dir, flag).resolve()
     files = sorted(p for p in root.iterdir() if p.is_file())
     return {"path": str(root), "files": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]}
 
@@ -55,6 +54,64 @@ def _make_backend(name: str, model_dir: str, protocol: Protocol, *, device: str,
         return VLLMBackend(model_dir, batch_size=batch_size, seed=protocol.seed)
     layers = FINGERPRINT_LAYERS if protocol.eigen_ratio else None
     return TransformersBackend(model_dir, device=device, batch_size=batch_size, fingerprint_layers=layers)
+
+
+class _Plan(NamedTuple):
+    """What an evaluation will run, known before anything is sampled or written."""
+
+    identity: dict[str, Any]
+    settings: dict[str, Any]
+    selected: dict[str, list[Any]]
+    samples: dict[str, int]
+
+
+def _plan(
+    model_dir: str,
+    benchmarks: Sequence[Benchmark],
+    protocol: Protocol,
+    *,
+    backend: str,
+    device: str,
+    batch_size: int,
+    max_problems: int | None,
+    prompt: PromptConfig,
+    verifier: Any,
+    flag: str,
+) -> _Plan:
+    """The settings of one evaluation (results.json's ``protocol``): only the model's files and tokenizer are
+    read, so two evaluations can be checked to be comparable before either samples."""
+    from dynashape.train.policy import load_tokenizer
+
+    if max_problems is not None and max_problems < 1:
+        raise ValueError(f"--max-problems must be >= 1, got {max_problems}")
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    backend_name = choose_backend(backend)
+    identity = _model_identity(model_dir, flag)
+    fmt = PromptFormat(load_tokenizer(model_dir), prompt, default_suffix=BOXED_INSTRUCTION)
+    selected = {b.name: select_problems(list(b.problems), max_problems) for b in benchmarks}
+    samples = {b.name: protocol.samples_for(b.name) for b in benchmarks}
+    settings = {
+        **protocol.to_dict(),
+        "samples_per_benchmark": samples,
+        "prompt": {
+            "chat_template": prompt.chat_template,
+            "suffix": prompt.suffix,
+            "system": prompt.system,
+            "suffix_used": fmt.suffix,
+            "templated": fmt.templated,
+        },
+        "backend": backend_name,
+        "batch_size": batch_size,
+        "max_problems": max_problems,
+        "device": device if backend_name == "transformers" else "cuda",
+        # the verdicts are cached: another verifier is another evaluation (its ``name``, else its class)
+        "verifier": "dynashape.rewards.MathVerifier" if verifier is None else _verifier_name(verifier),
+        "correct": "the verifier accepts the final answer and the response ended within max_new_tokens",
+        "pass_at_k": "unbiased (Chen et al. 2021), k = 1, 2, 4, ... up to n and n itself",
+        "benchmarks": {b.name: {"source": b.source, "problems": len(selected[b.name])} for b in benchmarks},
+    }
+    return _Plan(identity, settings, selected, samples)
 
 
 def evaluate_checkpoint(
@@ -71,6 +128,7 @@ def evaluate_checkpoint(
     verifier: Any = None,
     progress: bool = False,
     log: Callable[[str], None] | None = None,
+    flag: str = "--model",
 ) -> dict[str, Any]:
     """Evaluate one model folder; write ``out_dir``'s files and return results.json's content.
 
@@ -85,41 +143,53 @@ def evaluate_checkpoint(
         prompt: chat template, suffix and system message, as ``dynashape train``'s ``prompt.*``; the suffix
             defaults to the instruction to box the answer.
         verifier: ``verify(golds, texts) -> verdicts``; default ``rewards.MathVerifier``.
-        progress: a bar with an ETA on a terminal, a line every 5 s in a log.
+        progress: a bar counting finished batches with an ETA on a terminal, a line every 5 s in a log.
         log: where one-line notes go (the command line prints them).
+        flag: how the user named ``model_dir`` (``--model``, ``--base``), for the refusal of a folder that is
+            not a model.
     """
+    prompt = prompt or PromptConfig()
+    plan = _plan(
+        model_dir,
+        benchmarks,
+        protocol,
+        backend=backend,
+        device=device,
+        batch_size=batch_size,
+        max_problems=max_problems,
+        prompt=prompt,
+        verifier=verifier,
+        flag=flag,
+    )
+    sample = {"prompt": prompt, "verifier": verifier, "progress": progress, "log": log}
+    return _sample_and_score(model_dir, benchmarks, protocol, Path(out_dir), plan, **sample)
+
+
+def _sample_and_score(
+    model_dir: str,
+    benchmarks: Sequence[Benchmark],
+    protocol: Protocol,
+    out: Path,
+    plan: _Plan,
+    *,
+    prompt: PromptConfig,
+    verifier: Any,
+    progress: bool,
+    log: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    """``evaluate_checkpoint`` past its checks: sample what the cache lacks, verify, write the folder."""
     from dynashape.train.progress import progress_bar
 
-    if max_problems is not None and max_problems < 1:
-        raise ValueError(f"max_problems must be >= 1, got {max_problems}")
-    out = Path(out_dir)
-    prompt = prompt or PromptConfig()
-    backend_name = choose_backend(backend)
-    identity = _model_identity(model_dir)
-    selected = {b.name: select_problems(list(b.problems), max_problems) for b in benchmarks}
-    n_by = {b.name: protocol.samples_for(b.name) for b in benchmarks}
-    settings = {
-        **protocol.to_dict(),
-        "samples_per_benchmark": n_by,
-        "prompt": {"chat_template": prompt.chat_template, "suffix": prompt.suffix, "system": prompt.system},
-        "backend": backend_name,
-        "batch_size": batch_size,
-        "max_problems": max_problems,
-        "device": device if backend_name == "transformers" else "cuda",
-        # the verdicts are cached: another verifier is another evaluation (its ``name``, else its class)
-        "verifier": "dynashape.rewards.MathVerifier" if verifier is None else _verifier_name(verifier),
-        "correct": "the verifier accepts the final answer and the response ended within max_new_tokens",
-        "pass_at_k": "unbiased (Chen et al. 2021), k = 1, 2, 4, ... up to n and n itself",
-        "benchmarks": {b.name: {"source": b.source, "problems": len(selected[b.name])} for b in benchmarks},
-    }
+    settings, selected, n_by = plan.settings, plan.selected, plan.samples
+    backend_name = settings["backend"]
     out.mkdir(parents=True, exist_ok=True)
     with state.FolderLock(out, what="an evaluation (dynashape evaluate)"):
         start = time.perf_counter()
-        engine = _make_backend(backend_name, model_dir, protocol, device=device, batch_size=batch_size)
+        engine = _make_backend(
+            backend_name, model_dir, protocol, device=settings["device"], batch_size=settings["batch_size"]
+        )
         fmt = PromptFormat(engine.tokenizer, prompt, default_suffix=BOXED_INSTRUCTION)
-        settings["prompt"]["suffix_used"] = fmt.suffix
-        settings["prompt"]["templated"] = fmt.templated
-        key = settings_key({"model": identity, "settings": settings, "format": RESULTS_FORMAT})
+        key = settings_key({"model": plan.identity, "settings": settings, "format": RESULTS_FORMAT})
         cache = GenerationCache(out / "cache.jsonl", key)
         done = cache.load()
         plans = {}
@@ -130,52 +200,61 @@ def evaluate_checkpoint(
                 for j in range(n_by[b.name])
             ]
             plans[b.name] = engine.plan(b.name, items, protocol.seed)
-        todo = sum(
-            len(batch.items)
-            for name, plan in plans.items()
-            for batch in plan
+        pending = [
+            (name, batch)
+            for name, batches in plans.items()
+            for batch in batches
             if not all((name, it.problem_id, it.sample) in done for it in batch.items)
-        )
-        total = sum(len(batch.items) for plan in plans.values() for batch in plan)
+        ]
+        todo = sum(len(batch.items) for _, batch in pending)
+        total = sum(len(batch.items) for batches in plans.values() for batch in batches)
         if log is not None:
-            log(f"{model_dir}: {total - todo} of {total} samples cached, {todo} to sample ({backend_name})")
-        bar = progress_bar(todo, f"evaluate {Path(model_dir).name}", progress, unit="samples", interval=5.0)
+            log(
+                f"{model_dir}: {total - todo} of {total} samples cached, {todo} to sample in "
+                f"{len(pending)} {'batch' if len(pending) == 1 else 'batches'} ({backend_name})"
+            )
+        # counted in batches, not samples: a batch's samples mostly finish together near its end (the longest
+        # response sets its time), so finished samples stay near 0 for most of a run and the ETA misleads
+        bar = progress_bar(len(pending), f"evaluate {Path(model_dir).name}", progress, unit="batches", interval=5.0)
+        gold = {(b.name, p.problem_id): p.answer for b in benchmarks for p in selected[b.name]}
         own_verifier = verifier is None
         if own_verifier:
             from dynashape.rewards import MathVerifier
 
             verifier = MathVerifier(workers=1)
         try:
-            for b in benchmarks:
-                gold = {p.problem_id: p.answer for p in selected[b.name]}
-                for batch in plans[b.name]:
-                    if all((b.name, it.problem_id, it.sample) in done for it in batch.items):
-                        continue
-                    gens = engine.generate(
-                        batch,
-                        temperature=protocol.temperature,
-                        top_p=protocol.top_p,
-                        max_new_tokens=protocol.max_new_tokens,
-                        on_finished=None if bar is None else bar.update,
-                    )
-                    verdicts = verifier.verify([gold[it.problem_id] for it in batch.items], [g.text for g in gens])
-                    correct = np.array([bool(v.correct) and not g.truncated for v, g in zip(verdicts, gens)])
-                    fps = engine.fingerprints(~correct) if protocol.eigen_ratio else None
-                    records = [
-                        {
-                            "benchmark": b.name,
-                            "problem_id": it.problem_id,
-                            "sample": it.sample,
-                            "correct": bool(c),
-                            "length": g.length,
-                            "truncated": g.truncated,
-                            "text": g.text,
-                            **({} if fps is None else {"fingerprint": _finite_or_none(fps[i])}),
-                        }
-                        for i, (it, g, c) in enumerate(zip(batch.items, gens, correct, strict=True))
-                    ]
-                    cache.append(records)
-                    done.update({(r["benchmark"], r["problem_id"], r["sample"]): r for r in records})
+            sampled = 0
+            for name, batch in pending:
+                gens = engine.generate(
+                    batch,
+                    temperature=protocol.temperature,
+                    top_p=protocol.top_p,
+                    max_new_tokens=protocol.max_new_tokens,
+                    # every token: a line in a log still says the batch is being sampled
+                    on_finished=None if bar is None else (lambda _: bar.update(0)),
+                )
+                verdicts = verifier.verify([gold[(name, it.problem_id)] for it in batch.items], [g.text for g in gens])
+                correct = np.array([bool(v.correct) and not g.truncated for v, g in zip(verdicts, gens)])
+                fps = engine.fingerprints(~correct) if protocol.eigen_ratio else None
+                records = [
+                    {
+                        "benchmark": name,
+                        "problem_id": it.problem_id,
+                        "sample": it.sample,
+                        "correct": bool(c),
+                        "length": g.length,
+                        "truncated": g.truncated,
+                        "text": g.text,
+                        **({} if fps is None else {"fingerprint": _finite_or_none(fps[i])}),
+                    }
+                    for i, (it, g, c) in enumerate(zip(batch.items, gens, correct, strict=True))
+                ]
+                cache.append(records)
+                done.update({(r["benchmark"], r["problem_id"], r["sample"]): r for r in records})
+                sampled += len(records)
+                if bar is not None:
+                    bar.set_postfix(samples=f"{sampled}/{todo}")
+                    bar.update(1)
         finally:
             if bar is not None:
                 bar.close()
@@ -183,8 +262,8 @@ def evaluate_checkpoint(
                 verifier.close()
         results: dict[str, Any] = {
             "format": RESULTS_FORMAT,
-            "protocol": settings,
-            "model": identity["path"],
+            "protocol": _published(settings),
+            "model": plan.identity["path"],
             "base": None,
             "benchmarks": {},
         }
@@ -196,18 +275,45 @@ def evaluate_checkpoint(
             results["benchmarks"][b.name] = summarise_benchmark(records, ids, n_by[b.name], eigen_ratio=with_eigen)
             if protocol.eigen_ratio and not engine.gives_fingerprints:
                 results["benchmarks"][b.name]["eigen_ratio"] = None
-            lines += [{k: v for k, v in r.items() if k not in ("key", "fingerprint")} for r in records]
+            answers = {p.problem_id: p.answer for p in selected[b.name]}
+            lines += [_generation_line(r, answers[r["problem_id"]]) for r in records]
         results["overall"] = summarise(results["benchmarks"])
         if protocol.eigen_ratio and not engine.gives_fingerprints:
             results["overall"]["eigen_ratio_note"] = (
                 "vLLM returns no hidden states, so no fingerprints: rerun with --backend transformers for the "
                 "eigen ratio of the wrong answers"
             )
-        results["seconds"] = round(time.perf_counter() - start, 1)
+        results["seconds"] = _seconds(
+            out / "results.json", time.perf_counter() - start, settings=settings, sampled_now=todo
+        )
         results["sampled_now"] = todo
         state.write_text(out / "generations.jsonl", "".join(json.dumps(r) + "\n" for r in lines))
         state.write_json(out / "results.json", results)
     return results
+
+
+def _generation_line(record: dict[str, Any], gold: str) -> dict[str, Any]:
+    """generations.jsonl's line of a cached sample: the record with the gold answer and the answer the verifier
+    read from the text (``rewards.answers.extract_answer``), without the cache key and fingerprint."""
+    from dynashape.rewards.answers import extract_answer
+
+    line = {k: v for k, v in record.items() if k not in ("key", "fingerprint")}
+    return line | {"gold": gold, "extracted": extract_answer(record["text"])}
+
+
+def _seconds(path: Path, now: float, *, settings: dict[str, Any], sampled_now: int) -> float:
+    """results.json's ``seconds``: what sampling these results cost. A rerun that found every sample in the cache
+    keeps the cost an earlier invocation recorded for the same settings, not its own few seconds."""
+    if sampled_now == 0 and path.is_file():
+        try:
+            previous = state.read_json(path)
+        except state.StateFileError:
+            previous = None
+        if isinstance(previous, dict) and previous.get("protocol") == _published(settings):
+            seconds = previous.get("seconds")
+            if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
+                return float(seconds)
+    return round(now, 1)
 
 
 def _verifier_name(verifier: Any) -> str:
@@ -218,9 +324,17 @@ def _finite_or_none(row: np.ndarray) -> list[float] | None:
     return None if np.isnan(row).any() else [float(x) for x in row]
 
 
+def _published(settings: dict[str, Any]) -> dict[str, Any]:
+    """results.json's ``protocol``: the settings without the protocol's own per-benchmark table
+    (``samples_by_benchmark``, keyed by canonical names), which ``samples_per_benchmark`` states for the benchmarks
+    that ran. The cache key keeps hashing the whole settings, so existing caches stay valid."""
+    return {k: v for k, v in settings.items() if k != "samples_by_benchmark"}
+
+
 def _comparable(settings: dict[str, Any]) -> dict[str, Any]:
-    """The settings two evaluations must share to be compared (not where or how fast they ran)."""
-    skip = {"device", "backend", "batch_size", "benchmarks"}
+    """The settings two evaluations must share to be compared (not where or how fast they ran; a results.json
+    written before ``_published`` also holds ``samples_by_benchmark``, which ``samples_per_benchmark`` decides)."""
+    skip = {"device", "backend", "batch_size", "benchmarks", "samples_by_benchmark"}
     return {k: v for k, v in settings.items() if k not in skip}
 
 
@@ -232,45 +346,84 @@ def evaluate_with_base(
     *,
     base: str | None = None,
     plots: bool = True,
-    **kwargs: Any,
+    backend: str = "auto",
+    device: str = "cpu",
+    batch_size: int = 32,
+    max_problems: int | None = None,
+    prompt: PromptConfig | None = None,
+    verifier: Any = None,
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """``evaluate_checkpoint`` of the model and, with ``base``, of the base under the same protocol (into
     ``out_dir/base``), or the base's results read from its own results folder (a folder with results.json,
     whose settings must match); then AES per benchmark and overall, and results.md with its plots.
 
-    A base that is the model's own folder is not sampled twice: its results are the model's (AES 0 where the
-    accuracy is positive; see ``results.aes_or_none``).
+    Both folders are checked, and a base's settings compared with the model's, before anything is sampled or
+    written: a refused base costs no sampling. A base that is the model's own folder is not sampled twice: its
+    results are the model's (AES 0 where the accuracy is positive; see ``results.aes_or_none``).
     """
     from dynashape.evaluate.report import write_report
 
     out = Path(out_dir)
-    base_results, base_folder = None, None
-    if base is not None:
-        base_path = Path(base)
-        if (base_path / "results.json").is_file():
-            base_results, base_folder = state.read_json(base_path / "results.json"), base_path
-        elif not base_path.is_dir():
-            raise ValueError(f"--base {base!r}: not a model folder nor a results folder (with results.json)")
-    results = evaluate_checkpoint(model_dir, benchmarks, protocol, out, **kwargs)
-    if base is not None:
-        if base_results is None:
-            if Path(base).resolve() == Path(model_dir).resolve():
-                base_results = json.loads(json.dumps(results))
-                base_results["note"] = "the base is the model's own folder: its results are the model's"
-                base_folder = out
-            else:
-                base_results = evaluate_checkpoint(base, benchmarks, protocol, out / "base", **kwargs)
-                base_folder = out / "base"
-        theirs, ours = _comparable(base_results["protocol"]), _comparable(results["protocol"])
-        differing = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-        if differing:
+    prompt = prompt or PromptConfig()
+    how = {"backend": backend, "device": device, "batch_size": batch_size, "max_problems": max_problems}
+    plan = _plan(model_dir, benchmarks, protocol, **how, prompt=prompt, verifier=verifier, flag="--model")
+    base_results, base_folder, base_plan = None, None, None
+    same_folder = base is not None and Path(base).resolve() == Path(model_dir).resolve()
+    if base is not None and results_folder(base):
+        base_folder = Path(base)
+        base_results = _read_base_results(base_folder, base)
+        _check_comparable(base, base_results["protocol"], plan.settings)
+    elif base is not None and not same_folder:
+        problem = model_folder_problem(base)
+        if problem is not None:
             raise ValueError(
-                f"--base {base!r}: its results ran with other settings ({', '.join(differing)}); evaluate the base "
-                "with the same protocol"
+                f"--base {base!r}: neither a results folder of dynashape evaluate (with results.json) nor a model "
+                f"folder: it {problem}"
             )
+        base_plan = _plan(base, benchmarks, protocol, **how, prompt=prompt, verifier=verifier, flag="--base")
+        _check_comparable(base, base_plan.settings, plan.settings)
+    sample = {"prompt": prompt, "verifier": verifier, "progress": progress, "log": log}
+    results = _sample_and_score(model_dir, benchmarks, protocol, out, plan, **sample)
+    if base is not None:
+        if same_folder:
+            base_results = json.loads(json.dumps(results))
+            base_results["note"] = "the base is the model's own folder: its results are the model's"
+            base_folder = out
+        elif base_plan is not None:
+            base_folder = out / "base"
+            base_results = _sample_and_score(base, benchmarks, protocol, base_folder, base_plan, **sample)
+        assert base_results is not None
         results["base"] = base_results["model"]
         results["base_results"] = {"benchmarks": base_results["benchmarks"], "overall": base_results["overall"]}
         add_aes(results, base_results)
         state.write_json(out / "results.json", results)
     write_report(out, results, plots=plots, base_folder=base_folder)
     return results
+
+
+def _read_base_results(folder: Path, base: str) -> dict[str, Any]:
+    """The results.json of a base results folder, refused in one line when it is not one ``evaluate`` wrote."""
+    try:
+        found = state.read_json(folder / "results.json")
+    except state.StateFileError as err:
+        raise ValueError(f"--base {base!r}: {err.problem}") from None
+    needed = ("protocol", "model", "benchmarks", "overall")
+    if not isinstance(found, dict) or any(k not in found for k in needed):
+        raise ValueError(
+            f"--base {base!r}: results.json is not one dynashape evaluate wrote (it needs {', '.join(needed)})"
+        )
+    return found
+
+
+def _check_comparable(base: str, theirs: dict[str, Any], ours: dict[str, Any]) -> None:
+    """Refuse a base evaluated (or to be evaluated) with other settings than the model, naming each setting
+    with the base's value and the model's."""
+    a, b = _comparable(theirs), _comparable(ours)
+    differing = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    if differing:
+        shown = "; ".join(f"{k}: {json.dumps(a.get(k))} there, {json.dumps(b.get(k))} here" for k in differing)
+        raise ValueError(
+            f"--base {base!r}: its results ran with other settings ({shown}); evaluate the base with the same protocol"
+        )

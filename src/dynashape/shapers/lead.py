@@ -57,7 +57,10 @@ class LeadConfig:
         require_range("l_min", self.l_min, 0.0, None, low_open=True)
         require_range("b_max", self.b_max, 0.0, None, low_open=True)
         if self.b_max < self.l_min:
-            raise ValueError(f"b_max={self.b_max!r} must be >= l_min={self.l_min!r}")
+            raise ValueError(
+                f"b_max={self.b_max!r} must be >= l_min={self.l_min!r}; l_min defaults to the paper's 1000 "
+                f"(for b_max=4000): set both, e.g. l_min={self.b_max / 4:g} (b_max / 4, the paper's ratio)"
+            )
         require_range("alpha", self.alpha, 0.0, None, low_open=True)
         require_range("beta", self.beta, 0.0, 1.0, high_open=True)
         require_range("lambda_min", self.lambda_min, 0.0, 1.0)

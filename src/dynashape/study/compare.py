@@ -34,7 +34,7 @@ from typing import Any
 from dynashape import state
 from dynashape.study.claims import BEST_GLOBAL, GLOBAL_THRESHOLD_BASELINES
 from dynashape.study.presets import make_train_config, tuning_grids, tuning_overrides
-from dynashape.study.scheduler import Job, Outcome, Placement, default_jobs, prepare, run_jobs
+from dynashape.study.scheduler import Job, Outcome, Placement, default_jobs, prepare, require_ray, run_jobs
 from dynashape.train.config import RunConfig
 from dynashape.train.run_folder import read_history
 
@@ -453,6 +453,7 @@ def run_comparison(
 
     if dry_run:
         return _dry_run(plan(), out, workers, log)
+    require_ray()  # before the folder, its lock and comparison.json
     with state.FolderLock(out, what="a comparison (dynashape compare)"):
         return _run_locked(
             out, plan(), rows, seeds, template, train_overrides, tuning_seeds, tune, workers, placement, progress, log,

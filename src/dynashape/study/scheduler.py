@@ -53,6 +53,7 @@ __all__ = [
     "default_jobs",
     "finished_eval",
     "prepare",
+    "require_ray",
     "run_jobs",
 ]
 
@@ -161,9 +162,11 @@ def _identity(cfg: RunConfig) -> str:
     return json.dumps({k: v for k, v in cfg.to_dict().items() if k != "train"}, sort_keys=True, default=str)
 
 
-def prepare(configs: Iterable[RunConfig], *, log: Callable[[str], None] = lambda _: None) -> int:
+def prepare(configs: Iterable[RunConfig], *, log: Callable[[str], None] = lambda _: None, progress: bool = True) -> int:
     """Build each distinct base model and base evaluation of ``configs`` once, in this process; returns how many
-    base evaluations were prepared. A pretrained model (``model_path``) has no cache: its runs evaluate it."""
+    base evaluations were prepared. A pretrained model (``model_path``) has no cache: its runs evaluate it.
+    ``progress``: the warm-up's and each base evaluation's progress (a line every 10 s in a log: a real model's
+    base evaluation takes many minutes before the study's first run starts)."""
     from dynashape.rewards import MathVerifier
     from dynashape.train.base_model import evaluate_base, load_base, prompt_format
 
@@ -177,10 +180,11 @@ def prepare(configs: Iterable[RunConfig], *, log: Callable[[str], None] = lambda
     with MathVerifier(timeout=5.0, workers=1) as verifier:
         for cfg in seen.values():
             start = time.perf_counter()
-            base = load_base(cfg)
+            base = load_base(cfg, progress=progress)
             if not base.meta.get("cache"):
                 continue
-            evaluate_base(cfg, base, verifier, fmt=prompt_format(cfg, base.tokenizer, base.world))
+            fmt = prompt_format(cfg, base.tokenizer, base.world)
+            evaluate_base(cfg, base, verifier, fmt=fmt, progress=progress)
             count += 1
             origin = "trained now" if base.meta["trained_now"] else base.meta["source"]
             log(
@@ -262,6 +266,17 @@ def _headline(ev: dict[str, Any] | None) -> str:
     )
 
 
+def require_ray() -> None:
+    """Refuse, in one line saying how to install it, a study where Ray is not installed (checked before a
+    comparison writes anything)."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise RuntimeError(
+            "the study engine runs each run as a Ray task and Ray is not installed: pip install 'dynashape[study]'"
+        )
+
+
 class _Cluster:
     """The Ray the study runs on: a local one started here (shut down by ``close``), a cluster joined here
     (``close`` disconnects, the cluster stays), or one the caller already started (left as it is)."""
@@ -271,12 +286,9 @@ class _Cluster:
 
         if placement.address is not None:
             _choose_token_auth()  # before Ray is imported: it reads its auth mode once, at import
-        try:
-            import ray
-        except ImportError as err:
-            raise RuntimeError(
-                "the study engine runs each run as a Ray task and Ray is not installed: pip install 'dynashape[study]'"
-            ) from err
+        require_ray()
+        import ray
+
         self.ray = ray
         self.owned = not ray.is_initialized()
         quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}

@@ -6,6 +6,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dynashape._text import counted
+
 __all__ = ["PUBLISHED_LEAD", "PUBLISHED_MEDS", "compare_markdown", "summarise_runs"]
 
 # LEAD (arXiv 2605.09806), DeepSeek-R1-Distill-Qwen-1.5B, 4K budget, mean over AIME24/25, AMC23, MATH-500,
@@ -59,7 +61,8 @@ def compare_markdown(results: Mapping[str, Sequence[dict[str, Any]]]) -> str:
     lines = [
         "## Accuracy, length, AES (shaped like LEAD Table 1)",
         "",
-        f"Toy task, held-out split, {base['n_problems']} problems x {n} samples; seeds per method: "
+        f"Toy task, held-out split, {counted(base['n_problems'], 'problem')} x {counted(n, 'sample')}; seeds per "
+        "method: "
         + ", ".join(f"{m}={len(r)}" for m, r in results.items())
         + f". AES constants alpha={c['alpha']}, beta={c['beta']}, gamma={c['gamma']}, on averages.",
         "",

@@ -55,13 +55,14 @@ def world_of(cfg: RunConfig) -> World:
     return get_world(cfg.task, cfg.data_path)
 
 
-def load_base(cfg: RunConfig, *, progress: bool = False) -> Base:
-    """The base model and tokenizer, the world's train problems and the held-out split ``cfg.eval.split``."""
+def load_base(cfg: RunConfig, *, progress: bool = False, world: World | None = None) -> Base:
+    """The base model and tokenizer, the world's train problems and the held-out split ``cfg.eval.split``;
+    ``world``: ``world_of(cfg)`` when the caller has it already."""
     from dynashape.train.policy import load_pretrained
     from dynashape.train.progress import progress_bar
     from dynashape.train.warmup import load_or_train_base
 
-    world = world_of(cfg)
+    world = world if world is not None else world_of(cfg)
     train_problems, held_out = world.split("train"), world.split(cfg.eval.split)
     if cfg.model_path is not None:
         model, tokenizer = load_pretrained(cfg.model_path, device=cfg.device)

@@ -32,12 +32,14 @@ __all__ = [
     "CheckpointError",
     "ForeignCheckpointError",
     "checkpoints_newest_first",
+    "config_differences",
     "config_hash",
     "latest_checkpoint",
     "load",
     "restore",
     "save",
     "set_aside",
+    "trajectory_part",
 ]
 
 FORMAT = 1
@@ -85,12 +87,36 @@ def config_hash(config: dict[str, Any]) -> str:
     final evaluation reads never changes the training trajectory, and run folders from before the field keep
     their hash).
     """
+    return hashlib.sha256(json.dumps(trajectory_part(config), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def trajectory_part(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a resolved config that ``config_hash`` hashes (a JSON copy without the fields it leaves out)."""
     data = json.loads(json.dumps(config, sort_keys=True, default=str))
     for key in ("steps", "checkpoint_every"):
         data.get("train", {}).pop(key, None)
     data.get("eval", {}).pop("split", None)
     data.pop("cache_dir", None)
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    return data
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``field: old -> new`` for every field of the trajectory (``trajectory_part``) where two configs differ,
+    as dotted paths (``train.lr: 0.001 -> 0.0005``), sorted."""
+
+    def flat(data: Any, prefix: str = "") -> dict[str, Any]:
+        if not isinstance(data, dict) or not data:
+            return {prefix: data}
+        return {k: v for key, value in data.items() for k, v in flat(value, f"{prefix}{key}.").items()}
+
+    a = {k.rstrip("."): v for k, v in flat(trajectory_part(old)).items()}
+    b = {k.rstrip("."): v for k, v in flat(trajectory_part(new)).items()}
+    missing = "(absent)"
+    return [
+        f"{k}: {json.dumps(a.get(k, missing))} -> {json.dumps(b.get(k, missing))}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k, missing) != b.get(k, missing)
+    ]
 
 
 def save(

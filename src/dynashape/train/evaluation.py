@@ -82,9 +82,9 @@ def sample_responses(
         correct = np.array([bool(v.correct) for v in verdicts]) & ~ro.truncated.cpu().numpy()
         texts += chunk_texts
         correct_parts.append(correct)
-        if bar is not None:
-            solved = int(sum(c.sum() for c in correct_parts))
-            bar.set_postfix(acc=f"{solved / (start + len(chunk)):.3f}")
+        if bar is not None:  # the bar counts finished rollouts; only whole chunks are verified: say over how many
+            solved, verified = int(sum(c.sum() for c in correct_parts)), start + len(chunk)
+            bar.set_postfix(acc=f"{solved / verified:.3f} of {verified} verified")
         length_parts.append(ro.lengths.cpu().numpy())
         trunc_parts.append(ro.truncated.cpu().numpy())
         if fingerprint_layers is not None:

@@ -14,13 +14,32 @@ def _series(metrics: Sequence[dict[str, float]], key: str) -> tuple[list[float],
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def _smooth(values: list[float], window: int = 5) -> list[float]:
+def _smooth(values: list[float], window: int) -> list[float]:
     out, acc = [], []
     for v in values:
         acc.append(v)
         acc = acc[-window:]
         out.append(sum(acc) / len(acc))
     return out
+
+
+SMOOTH_WINDOW = 5
+"""Steps in the running mean drawn over a per-step series."""
+
+
+def _raw_and_smooth(ax: Any, x: list[float], y: list[float], *, color: str) -> None:
+    """A per-step series (thin, light) and its running mean (thick, dark), each named in the legend."""
+    ax.plot(x, y, alpha=0.45, linewidth=1.0, color=color, label="per step")
+    ax.plot(x, _smooth(y, SMOOTH_WINDOW), linewidth=2.0, color=color, label=f"mean of the last {SMOOTH_WINDOW} steps")
+    ax.legend(loc="best", fontsize="small")
+
+
+def _steps_axis(ax: Any) -> None:
+    """A step axis with whole-number ticks (a 3-step run would otherwise be ticked at 1.25, 1.5, ...)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
 
 
 def plot_run(run_dir: str | Path, metrics: Sequence[dict[str, float]], evaluation: dict[str, Any] | None) -> list[str]:
@@ -40,17 +59,15 @@ def plot_run(run_dir: str | Path, metrics: Sequence[dict[str, float]], evaluatio
 
     def save(fig: Any, name: str) -> None:
         fig.tight_layout()
-        fig.savefig(run_dir / name, dpi=90)
+        fig.savefig(run_dir / name, dpi=90, bbox_inches="tight")  # keeps a legend placed below the axes
         plt.close(fig)
         written.append(name)
 
     if metrics:
         fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
         for ax, key, label in ((axes[0], "accuracy", "train accuracy"), (axes[1], "length/mean", "mean length")):
-            x, y = _series(metrics, key)
-            ax.plot(x, y, alpha=0.3, color="C0")
-            ax.plot(x, _smooth(y), color="C0")
-            ax.set_xlabel("step")
+            _raw_and_smooth(ax, *_series(metrics, key), color="C0")
+            _steps_axis(ax)
             ax.set_title(label)
         save(fig, "accuracy_length.png")
 
@@ -59,8 +76,8 @@ def plot_run(run_dir: str | Path, metrics: Sequence[dict[str, float]], evaluatio
             for key in ("lead/lambda_c", "lead/lambda_l"):
                 ax.plot(*_series(metrics, key), label=key.split("/")[1])
             ax.set_ylim(0, 1)
-            ax.set_xlabel("step")
-            ax.legend()
+            _steps_axis(ax)
+            ax.legend(loc="best", fontsize="small")
             ax.set_title("controller weights")
             save(fig, "lambdas.png")
 
@@ -68,13 +85,12 @@ def plot_run(run_dir: str | Path, metrics: Sequence[dict[str, float]], evaluatio
             axes[0].plot(*_series(metrics, "lead/target_len_mean"), label="target L* (mean)")
             axes[0].plot(*_series(metrics, "length/mean_correct"), label="correct rollouts")
             axes[0].plot(*_series(metrics, "length/mean"), label="all rollouts")
-            axes[0].set_xlabel("step")
-            axes[0].legend()
+            _steps_axis(axes[0])
+            # below the axes: inside, the legend covered a line wherever it went
+            axes[0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, fontsize="small", frameon=False)
             axes[0].set_title("target length vs rollout length")
-            x, y = _series(metrics, "lead/efficiency_correct_mean")
-            axes[1].plot(x, y, alpha=0.3, color="C2")
-            axes[1].plot(x, _smooth(y), color="C2")
-            axes[1].set_xlabel("step")
+            _raw_and_smooth(axes[1], *_series(metrics, "lead/efficiency_correct_mean"), color="C2")
+            _steps_axis(axes[1])
             axes[1].set_title("r_l of correct rollouts")
             save(fig, "lead_targets.png")
 
@@ -97,6 +113,9 @@ def plot_run(run_dir: str | Path, metrics: Sequence[dict[str, float]], evaluatio
             ks = sorted(ev["pass_at_k"], key=int)
             ax.plot([int(k) for k in ks], [ev["pass_at_k"][k] for k in ks], marker="o", label=name)
         ax.set_xscale("log", base=2)
+        ks = sorted({int(k) for ev in (base, final) for k in ev["pass_at_k"]})
+        ax.set_xticks(ks, [str(k) for k in ks])  # 1, 2, 4, ... rather than 2^0, 2^1, ...
+        ax.minorticks_off()
         ax.set_xlabel("k")
         ax.set_title("pass@k (held-out)")
         ax.legend()

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["ModelConfig", "build_policy", "load_pretrained"]
+__all__ = ["ModelConfig", "build_policy", "load_pretrained", "load_tokenizer"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +72,16 @@ def build_policy(cfg: ModelConfig, tokenizer: Any, *, seed: int = 0) -> torch.nn
 
 def load_pretrained(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[torch.nn.Module, Any]:
     """Load any local Hugging Face causal LM and its tokenizer (no download: ``local_files_only``)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = load_tokenizer(path)
+    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True).to(device)
+    return model, tokenizer
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    """The tokenizer of a local model folder, left-padding, with a pad token (the EOS when it has none)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     tokenizer_config = Path(path) / "tokenizer_config.json"
     declared = json.loads(tokenizer_config.read_text()).get("tokenizer_class") if tokenizer_config.exists() else None
@@ -85,5 +94,4 @@ def load_pretrained(path: str | Path, *, device: str | torch.device = "cpu") -> 
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token  # many causal LMs ship without a pad token
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True).to(device)
-    return model, tokenizer
+    return tokenizer

@@ -6,17 +6,26 @@ from pathlib import Path
 from typing import Any
 
 from dynashape import state
+from dynashape._text import counted
+from dynashape.train.grpo_reference import load_reference, reference_line
 
 __all__ = ["summarise_lambda", "write_report"]
 
 
 def summarise_lambda(metrics: list[dict[str, float]]) -> dict[str, float] | None:
-    """lambda_l at the first step, the last step, and its mean over the last 10 steps (None if not logged)."""
-    values = [m["lead/lambda_l"] for m in metrics if "lead/lambda_l" in m]
+    """lambda_l at the first logged step, the last, and its mean over the last 10 steps (``tail_steps``: fewer
+    when the run has fewer); None if not logged."""
+    values = [(m["step"], m["lead/lambda_l"]) for m in metrics if "lead/lambda_l" in m]
     if not values:
         return None
-    tail = values[-10:]
-    return {"first": values[0], "last": values[-1], "last10_mean": sum(tail) / len(tail)}
+    tail = [v for _, v in values[-10:]]
+    return {
+        "first_step": int(values[0][0]),
+        "first": values[0][1],
+        "last": values[-1][1],
+        "last10_mean": sum(tail) / len(tail),
+        "tail_steps": len(tail),
+    }
 
 
 def _world_lines(evaluation: dict[str, Any], results: Path | None) -> list[str]:
@@ -43,47 +52,17 @@ def _world_lines(evaluation: dict[str, Any], results: Path | None) -> list[str]:
             ks = sorted(base["pass_at_k_hard"], key=int)
             lines += [
                 "",
-                f"pass@k on the fixed hard + trap subset ({len(base.get('pass_at_k_hard_problems', []))} problems): "
+                "pass@k on the fixed hard + trap subset "
+                f"({counted(len(base.get('pass_at_k_hard_problems', [])), 'problem')}): "
                 + "; ".join(
                     f"k={k}: {base['pass_at_k_hard'][k]:.3f} -> {final['pass_at_k_hard'].get(k, float('nan')):.3f}"
                     for k in ks
                 ),
             ]
-    if evaluation.get("method") != "grpo":
-        lines += ["", _grpo_reference(evaluation, results)]
+        if evaluation.get("method") != "grpo":  # the reference ran on the toy world: beside a toy run only
+            lines += ["", reference_line(evaluation, load_reference(results))]
     lines.append("")
     return lines
-
-
-def _grpo_reference(evaluation: dict[str, Any], results: Path | None) -> str:
-    """Plain ``grpo`` on the same world and regime, from a comparison's results file (``results``), named as such."""
-    regime = evaluation.get("regime", "tight")
-    how = f"`dynashape train --method grpo{_regime_flag(evaluation)}` runs one seed of it."
-    if results is None:
-        return f"Beside plain `grpo` on the same world and regime: no comparison results were given (--results). {how}"
-    path = Path(results)
-    runs = []
-    if path.exists():
-        runs = [r for r in state.read_json(path).get("runs", []) if r["method"] == "grpo" and r["regime"] == regime]
-    if not runs:
-        return (
-            f"Beside plain `grpo` on the same world and regime: the comparison's committed results ({path.name}) hold "
-            f"no `grpo` run in the {regime} regime yet, so this report cannot show it. {how}"
-        )
-    seeds = sorted(r["seed"] for r in runs)
-    acc = sum(r["final"]["accuracy"] for r in runs) / len(runs)
-    length = sum(r["final"]["mean_length"] for r in runs) / len(runs)
-    base = sum(r["base"]["mean_length"] for r in runs) / len(runs)
-    return (
-        f"Beside plain `grpo` on the same world and regime, from the comparison's committed results "
-        f"({path.name}, seeds {', '.join(map(str, seeds))}; mean over seeds): accuracy {acc:.3f}, "
-        f"mean length {length:.1f} tokens ({length / base:.0%} of base). {how}"
-    )
-
-
-def _regime_flag(evaluation: dict[str, Any]) -> str:
-    regime = evaluation.get("regime", "tight")
-    return "" if regime == "tight" else f" --regime {regime}"
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
@@ -92,7 +71,8 @@ def _fmt(x: Any, digits: int = 3) -> str:
 
 def write_report(run_dir: str | Path, *, results: str | Path | None = None) -> Path:
     """Write ``run_dir/report.md`` (and its PNGs) from ``metrics.jsonl`` and ``eval.json``; ``results`` (a
-    comparison's results.json) supplies the plain-GRPO reference line."""
+    comparison's results.json) supplies the plain-GRPO reference line instead of the shipped one
+    (``train.grpo_reference``)."""
     from dynashape.train.plots import plot_run
     from dynashape.train.run_folder import read_metrics
 
@@ -106,9 +86,10 @@ def write_report(run_dir: str | Path, *, results: str | Path | None = None) -> P
         base, final = evaluation["base"], evaluation["final"]
         c = evaluation["aes_constants"]
         lines += [
-            f"Method `{evaluation['method']}`, {evaluation['steps']} RL steps, wall time "
-            f"{evaluation['wall_seconds']:.0f} s (this invocation). Held-out split: {base['n_problems']} problems x "
-            f"{base['n_samples']} samples, cap {base['max_new_tokens']} tokens, temperature {base['temperature']}.",
+            f"Method `{evaluation['method']}`, {counted(evaluation['steps'], 'RL step')}, wall time "
+            f"{evaluation['wall_seconds']:.0f} s (this invocation). Held-out split: "
+            f"{counted(base['n_problems'], 'problem')} x {counted(base['n_samples'], 'sample')}, cap "
+            f"{base['max_new_tokens']} tokens, temperature {base['temperature']}.",
             "",
             "| model | accuracy (avg@n) | mean length | " + " | ".join(f"pass@{k}" for k in base["pass_at_k"]) + " |",
             "|---|---|---|" + "---|" * len(base["pass_at_k"]),
@@ -134,9 +115,11 @@ def write_report(run_dir: str | Path, *, results: str | Path | None = None) -> P
         lines += _world_lines(evaluation, None if results is None else Path(results))
     lam = summarise_lambda(metrics)
     if lam is not None:
+        n = lam["tail_steps"]
+        over = "the last 10 steps" if n == 10 else ("its one step" if n == 1 else f"all {n} steps")
         lines += [
-            f"lambda_l: {lam['first']:.3f} at step 1, {lam['last']:.3f} at the end "
-            f"(mean of the last 10 steps {lam['last10_mean']:.3f}).",
+            f"lambda_l: {lam['first']:.3f} at step {lam['first_step']}, {lam['last']:.3f} at the end "
+            f"(mean over {over}: {lam['last10_mean']:.3f}).",
             "",
         ]
     lines += [f"![{name}]({name})" for name in images]

@@ -21,12 +21,21 @@ from typing import Any
 
 from dynashape.provenance import code_version
 from dynashape.train import checkpoint as ckpt
-from dynashape.train.base_model import Base, base_eval_for_run, evaluate_held_out, load_base, prompt_format
+from dynashape.train.base_model import (
+    Base,
+    base_eval_for_run,
+    evaluate_held_out,
+    load_base,
+    prompt_format,
+    world_of,
+)
 from dynashape.train.config import RunConfig
+from dynashape.train.model_folder import check_model_folder
 from dynashape.train.run_folder import RunFolder, read_metrics
 from dynashape.train.signals import RunInterrupted, stop_requests
+from dynashape.world import World
 
-__all__ = ["RunResult", "check_runnable", "read_metrics", "run_summary", "train", "truncated_at"]
+__all__ = ["RunResult", "check_runnable", "check_shaper", "read_metrics", "run_summary", "train", "truncated_at"]
 
 log = logging.getLogger(__name__)
 
@@ -66,18 +75,20 @@ def train(
     """
     from dynashape.rewards import MathVerifier
 
-    check_runnable(cfg)  # before the first file is written: a refused run leaves nothing behind
+    # before the first file is written (no lock, no config.yaml, no cache): a refused run leaves nothing behind
+    world = check_runnable(cfg)
+    folder = RunFolder(run_dir)
+    folder.check_resumable(cfg.to_dict())
     start_wall = time.perf_counter()
     own_verifier = verifier is None
     with contextlib.ExitStack() as owned:  # the verifier this call starts is closed on every way out
         if own_verifier:
             verifier = owned.enter_context(MathVerifier(timeout=5.0, workers=1))
-        folder = RunFolder(run_dir)
         folder.create()
         owned.enter_context(folder.lock())  # one run per folder, released on every way out (also a kill)
         folder.remove_stale_temporaries()
         cfg_hash = folder.write_config(cfg.to_dict())
-        base = load_base(cfg, progress=progress)
+        base = load_base(cfg, progress=progress, world=world)
         fmt = prompt_format(cfg, base.tokenizer, base.world)
         base_eval = base_eval_for_run(
             folder, cfg, base, verifier, own_verifier=own_verifier, fmt=fmt, progress=progress
@@ -114,16 +125,30 @@ def train(
 
 
 # ----------------------------------------------------------------------------------------------- phases
-def check_runnable(cfg: RunConfig) -> None:
-    """Refuse, before anything is written or warmed up, what the run would refuse later: the shaper's
-    parameters (its config dataclass validates them; an unknown name is a ValueError naming it)."""
+def check_runnable(cfg: RunConfig) -> World:
+    """Refuse, before anything is written or warmed up, what the run would refuse later, and return the run's
+    world (read once here, so the data is not read twice): the model folder (``--model``), the data and the
+    splits the run reads (``--data``, ``eval.split``), and the shaper's parameters (its config dataclass
+    validates them; an unknown name is a ValueError naming it)."""
+    if cfg.model_path is not None:
+        check_model_folder(cfg.model_path, "--model")
+    check_shaper(cfg)
+    world = world_of(cfg)
+    for split in dict.fromkeys(("train", cfg.eval.split)):
+        try:
+            world.split(split)
+        except OSError as err:  # an unreadable file: one line naming it
+            raise ValueError(f"--data {cfg.data_path!r}: cannot be read ({err.strerror or err})") from None
+    return world
+
+
+def check_shaper(cfg: RunConfig) -> None:
+    """Refuse shaper parameters the shaper's config dataclass refuses, naming the shaper."""
     from dynashape import config_class
 
     try:
         config_class(cfg.train.shaper)(**cfg.train.shaper_kwargs)
-    except TypeError as err:  # an unknown keyword
-        raise ValueError(f"shaper_kwargs of {cfg.train.shaper!r}: {err}") from None
-    except ValueError as err:
+    except (TypeError, ValueError) as err:  # an unknown keyword, a value out of range
         raise ValueError(f"shaper_kwargs of {cfg.train.shaper!r}: {err}") from None
 
 

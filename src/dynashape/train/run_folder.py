@@ -96,17 +96,25 @@ class RunFolder:
         """Write config.yaml and return its trajectory hash; refuse a folder that holds a different run."""
         import yaml
 
-        cfg_hash = ckpt.config_hash(resolved)
-        if self.config_path.exists():
-            old = state.read_yaml(self.config_path) or {}
-            if ckpt.config_hash(old) != cfg_hash:
-                raise ckpt.CheckpointError(
-                    self.config_path,
-                    "holds a different config than this run (only train.steps and train.checkpoint_every may "
-                    "change on resume); use a new run folder",
-                )
+        self.check_resumable(resolved)
         state.write_text(self.config_path, yaml.safe_dump(resolved, sort_keys=False))
-        return cfg_hash
+        return ckpt.config_hash(resolved)
+
+    def check_resumable(self, resolved: dict[str, Any]) -> None:
+        """Refuse a folder whose config.yaml holds another run, naming each differing field with its old and
+        new value; read-only, so it runs before the lock is taken (and again under it)."""
+        if not self.config_path.exists():
+            return
+        old = state.read_yaml(self.config_path) or {}
+        if ckpt.config_hash(old) == ckpt.config_hash(resolved):
+            return
+        shown = ckpt.config_differences(old, resolved)
+        more = f" and {len(shown) - 6} more" if len(shown) > 6 else ""
+        raise ckpt.CheckpointError(
+            self.config_path,
+            f"holds another run ({'; '.join(shown[:6])}{more}; old -> new); only train.steps and "
+            "train.checkpoint_every may change on resume: use a new --run-dir, or the old settings",
+        )
 
     # -- metrics -----------------------------------------------------------------------------------------
     def read_metrics(self) -> list[dict[str, float]]:

