@@ -1,0 +1,95 @@
+"""Weight controller parts: each sets the flow's channel weights [K] (float64).
+
+`StaticWeights` is stateless; `PSIWeights` (LEAD) keeps its EMA as plain values: ``{"ema": [K floats],
+"n_updates": int}``, the very dict `PSIController.state_dict` writes, so LEAD's checkpoints read the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from dynashape.controller import PSIController
+from dynashape.groups import total_variance_stats
+from dynashape.shapers._common import F64, metrics_dict
+from dynashape.shapers.parts.flow import Flow, Stateless
+
+__all__ = ["PSIWeights", "StaticWeights"]
+
+
+@dataclass(frozen=True)
+class StaticWeights(Stateless):
+    """Fixed weights w_k, one per channel; None: 1.0 for each channel. `namespace` names the mismatch error."""
+
+    weights: tuple[float, ...] | None = None
+    namespace: str = "gdpo"
+
+    def update(self, flow: Flow, state: None) -> tuple[Flow, None]:
+        k = flow.require("channels", "StaticWeights").shape[1]
+        weights = self.weights or (1.0,) * k
+        if len(weights) != k:
+            raise ValueError(f"{self.namespace} weights has {len(weights)} entries but rewards has {k} columns")
+        return flow.but(weights=torch.tensor(weights, dtype=F64, device=flow.batch.device)), None
+
+
+@dataclass(frozen=True)
+class PSIWeights:
+    """LEAD's Potential-Scaled-Instability controller (lead.md sections 4-6) as a part.
+
+    Reads the raw channels and their statistics masks: mu_k, sigma_k by the law of total variance, then
+    PSI target weights, the EMA with factor beta from 1/K, the floor lambda_min on channel 0 (never written
+    back), or ``static_lambda_0`` every step. Logs lambda_c, lambda_l, target_lambda_c, cv, potential, psi and
+    mu of the first two channels (and lambda_r{j} of each extra channel) under `namespace`.
+    """
+
+    alpha: float = 1.0
+    beta: float = 0.95
+    lambda_min: float = 0.3
+    eps: float = 1e-8
+    static_lambda_0: float | None = None
+    channels: int = 2
+    namespace: str = "lead"
+    state_key: str | None = "controller"
+
+    def _controller(self, ranges: tuple[tuple[float, float], ...]) -> PSIController:
+        return PSIController(
+            ranges,
+            alpha=self.alpha,
+            beta=self.beta,
+            lambda_min=self.lambda_min,
+            eps=self.eps,
+            static_lambda_0=self.static_lambda_0,
+        )
+
+    def init(self) -> dict[str, Any]:
+        ranges = ((0.0, 1.0),) * self.channels  # the ranges do not enter the state
+        return self._controller(ranges).state_dict()
+
+    def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        ctl = self._controller(((0.0, 1.0),) * self.channels)
+        ctl.load_state_dict(dict(state))
+        return ctl.state_dict()
+
+    def update(self, flow: Flow, state: Mapping[str, Any]) -> tuple[Flow, dict[str, Any]]:
+        channels = flow.require("channels", "PSIWeights")
+        ctl = self._controller(flow.ranges)
+        ctl.load_state_dict(dict(state))
+        mu, sigma = total_variance_stats(channels, flow.groups, flow.stats_mask)
+        step = ctl.update(mu, sigma)
+        w, t = step.weights, step.targets
+        names = ["lambda_c", "lambda_l", "target_lambda_c", "cv_c", "cv_l", "potential_c", "potential_l",
+                 "psi_c", "psi_l", "mu_c", "mu_l"]  # fmt: skip
+        values = [w[0], w[1], t.target[0], t.cv[0], t.cv[1], t.potential[0], t.potential[1], t.psi[0], t.psi[1],
+                  mu[0], mu[1]]  # fmt: skip
+        for j in range(2, w.numel()):
+            names.append(f"lambda_r{j - 2}")
+            values.append(w[j])
+        flow = flow.but(
+            weights=w.to(channels.device),
+            values={"controller_step": step, "mu": mu, "sigma": sigma},
+            metrics=metrics_dict(self.namespace, names, values),
+        )
+        return flow, ctl.state_dict()
