@@ -15,8 +15,9 @@ def test_reward_hand_worked():
 
 def test_update_hand_worked():
     assert adlp_lambda_update(1e-3, 0.75, eta=1e-3, acc_ref=0.62) == pytest.approx(1e-3 + 1e-3 * 0.13)
-    # 1e-3 + 1e-3 * (0 - 0.62) < 0 -> clipped at 0
-    assert adlp_lambda_update(1e-3, 0.0, eta=1e-3, acc_ref=0.62) == 0.0
+    # 1e-3 + 1e-3 * (0 - 0.62) = 3.8e-4 stays; 1e-3 + 1e-2 * (0 - 0.62) = -5.2e-3 < 0 -> clipped at 0
+    assert adlp_lambda_update(1e-3, 0.0, eta=1e-3, acc_ref=0.62) == pytest.approx(3.8e-4)
+    assert adlp_lambda_update(1e-3, 0.0, eta=1e-2, acc_ref=0.62) == 0.0
 
 
 def _batches():
