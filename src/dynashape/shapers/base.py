@@ -34,13 +34,16 @@ class ShaperNeeds:
     it from the dataset (verl's extra info) or the trainer's prompt."""
     validation_accuracy: bool = False
     """Reads the last held-out validation accuracy (AALC): the caller hands it to the shaper with
-    ``shaper.observe_validation(accuracy)`` after each evaluation."""
+    ``shaper.observe(validation_accuracy=a)`` after each evaluation."""
+    monitor_rollouts: bool = False
+    """Reads a monitor set's rollouts every few steps (LASER-D): the caller samples the monitor prompts and
+    hands them with ``shaper.observe(monitor=batch)``."""
     reward_channels: RewardChannels = "refused"
     """``rewards`` [N, K]: "refused" (the shaper raises when given extra channels), "optional" (read when
     given, where its config accepts them: lead declares each column's range) or "required"."""
 
     def __post_init__(self) -> None:
-        for name in ("fingerprints", "prompt_keys", "budgets", "validation_accuracy"):
+        for name in ("fingerprints", "prompt_keys", "budgets", "validation_accuracy", "monitor_rollouts"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.reward_channels not in REWARD_CHANNELS:
@@ -102,6 +105,13 @@ class Shaper(ABC):
     @abstractmethod
     def shape(self, batch: RolloutBatch) -> Shaped:
         """Compute advantages for a validated batch."""
+
+    def observe(self, **signals: Any) -> None:
+        """Hand the shaper a signal that no batch carries, between calls: ``validation_accuracy=a`` (the last
+        held-out accuracy, AALC), ``monitor=batch`` (a monitor set's rollouts, LASER-D). A shaper that reads
+        none of the signals given raises ValueError rather than ignoring them."""
+        if signals:
+            raise ValueError(f"shaper {self.name!r} reads no {', '.join(sorted(signals))}")
 
     def reset(self) -> None:  # noqa: B027 - stateless shapers have nothing to reset
         """Forget learned state (nothing for a stateless shaper)."""

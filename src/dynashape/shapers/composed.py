@@ -50,6 +50,18 @@ class ComposedShaper(Shaper):
             reject_rewards(self.name, batch)
         return self.run(start(batch)).shaped()
 
+    def observe(self, **signals: Any) -> None:
+        """Pass each signal to the parts that read it (``observes``); a signal no part reads raises."""
+        unread = set(signals) - {name for p in self.chain_.parts for name in getattr(p, "observes", ())}
+        if unread:
+            super().observe(**{name: signals[name] for name in unread})
+        state = list(self.state_)
+        for i, part in enumerate(self.chain_.parts):
+            mine = {name: signals[name] for name in getattr(part, "observes", ()) if name in signals}
+            if mine:
+                state[i] = part.observe(state[i], **mine)  # type: ignore[attr-defined]
+        self.state_ = tuple(state)
+
     def state_dict(self) -> dict[str, Any]:
         parts = self.chain_.state_dict(self.state_)
         return {"version": self.state_version, **parts} if parts else {}

@@ -3,6 +3,7 @@
 - `GroupNormalise`: scalarise r = sum_k w_k r_k, then GRPO's (r - mean_q r) / (std_q r + eps) per group.
 - `DecoupledNormalise`: GDPO's sum_k w_k (r_k - mean_q r_k) / (std_q r_k + eps), each channel in its own group.
 - `BatchWhiten`: (A - mu) / sqrt(var + 1e-8) over the batch, by token or by sequence.
+- `BaselineWhiten`: REINFORCE++-baseline, whiten(r - mean_q r) (DLER).
 - `AdvantageAbsMean`: a probe that logs mean |A|.
 """
 
@@ -13,11 +14,20 @@ from typing import Literal
 
 import torch
 
-from dynashape.groups import group_normalize
+from dynashape.field.dler import dler_advantages
+from dynashape.groups import Groups, group_normalize
 from dynashape.shapers._common import F64, batch_whiten, metrics_dict, zero_advantage_frac
 from dynashape.shapers.parts.flow import Flow, Stateless
 
-__all__ = ["AdvantageAbsMean", "BatchWhiten", "DecoupledNormalise", "GroupNormalise", "weighted_sum"]
+__all__ = [
+    "AdvantageAbsMean",
+    "BaselineWhiten",
+    "BatchWhiten",
+    "DecoupledNormalise",
+    "GroupNormalise",
+    "kept_group_normalize",
+    "weighted_sum",
+]
 
 SumOrder = Literal["columns", "matmul"]
 
@@ -38,28 +48,49 @@ def weighted_sum(values: torch.Tensor, weights: torch.Tensor, *, order: SumOrder
     return total
 
 
+def kept_group_normalize(
+    values: torch.Tensor, groups: Groups, keep: torch.Tensor, *, std: str = "unbiased", eps: float = 1e-6
+) -> torch.Tensor:
+    """GRPO normalisation over the kept rows of each group only (GFPO Eq. 2: mean_S and std_S of the kept set
+    S), exactly 0 on the dropped rows. values: float [N]; keep: BoolTensor [N]. Returns [N]."""
+    rows = torch.nonzero(keep).squeeze(1)
+    kept_groups = Groups.from_ids(groups.index.index_select(0, rows))
+    normalised = group_normalize(values.index_select(0, rows), kept_groups, std=std, eps=eps)  # type: ignore[arg-type]
+    return torch.zeros_like(values).index_copy_(0, rows, normalised)
+
+
+def scalarise(flow: Flow, part: str, order: SumOrder = "columns") -> torch.Tensor:
+    """The flow's channels as one reward [N]: sum_k w_k r_k, or the only channel when no weights were set."""
+    channels = flow.require("channels", part)
+    if flow.weights is None:
+        if channels.shape[1] != 1:
+            raise ValueError(f"{part} got {channels.shape[1]} channels and no weights to sum them")
+        return channels[:, 0]
+    return weighted_sum(channels, flow.weights, order=order)
+
+
 @dataclass(frozen=True)
 class GroupNormalise(Stateless):
     """GRPO on the scalarised reward r = sum_k w_k r_k (the only channel when no weights were set).
 
-    std "unbiased" divides by the group's Bessel std + eps, "none" only centres (Dr. GRPO). Logs reward_mean,
-    reward_std (population), advantage_abs_mean and zero_advantage_frac under `namespace`; the flow's
-    ``reward`` becomes the scalar reward (the shaped reward the shaper reports).
+    std "unbiased" divides by the group's Bessel std + eps, "none" only centres (Dr. GRPO). When a filter set
+    the flow's ``keep``, the statistics are those of each group's kept rows and a dropped row gets 0 (GFPO).
+    Logs reward_mean, reward_std (population), advantage_abs_mean and zero_advantage_frac under `namespace`;
+    the flow's ``reward`` becomes the scalar reward (the shaped reward the shaper reports). `order`: see
+    `weighted_sum`.
     """
 
     std: str = "unbiased"
     eps: float = 1e-6
     namespace: str = "grpo"
+    order: SumOrder = "columns"
 
     def update(self, flow: Flow, state: None) -> tuple[Flow, None]:
-        channels = flow.require("channels", "GroupNormalise")
-        if flow.weights is None:
-            if channels.shape[1] != 1:
-                raise ValueError(f"GroupNormalise got {channels.shape[1]} channels and no weights to sum them")
-            reward = channels[:, 0]
+        reward = scalarise(flow, "GroupNormalise", self.order)
+        if flow.keep is None:
+            adv = group_normalize(reward, flow.groups, std=self.std, eps=self.eps)  # type: ignore[arg-type]
         else:
-            reward = weighted_sum(channels, flow.weights)
-        adv = group_normalize(reward, flow.groups, std=self.std, eps=self.eps)  # type: ignore[arg-type]
+            adv = kept_group_normalize(reward, flow.groups, flow.keep, std=self.std, eps=self.eps)
         metrics = metrics_dict(
             self.namespace,
             ["reward_mean", "reward_std", "advantage_abs_mean", "zero_advantage_frac"],
@@ -93,10 +124,30 @@ class BatchWhiten(Stateless):
     masked_whiten), "sequence" weights rollouts equally (TRL), "none" leaves A as it is."""
 
     mode: str = "token"
+    eps: float = 1e-8
 
     def update(self, flow: Flow, state: None) -> tuple[Flow, None]:
         adv = flow.require("advantages", "BatchWhiten")
-        return flow.but(advantages=batch_whiten(adv, flow.batch.lengths, self.mode)), None  # type: ignore[arg-type]
+        whitened = batch_whiten(adv, flow.batch.lengths, self.mode, eps=self.eps)  # type: ignore[arg-type]
+        return flow.but(advantages=whitened), None
+
+
+@dataclass(frozen=True)
+class BaselineWhiten(Stateless):
+    """REINFORCE++ with a group baseline (verl's ``reinforce_plus_plus_baseline``, DLER Eq. 3):
+    A = whiten(r - mean_q r) over the batch, by token ("token") or by rollout ("sequence"); a group of one
+    rollout is not centred (its mean is taken as 0, as verl). The flow's ``reward`` becomes the scalar reward."""
+
+    mode: str = "token"
+    eps: float = 1e-8
+    namespace: str = "dler"
+
+    def update(self, flow: Flow, state: None) -> tuple[Flow, None]:
+        reward = scalarise(flow, "BaselineWhiten")
+        lengths = flow.batch.lengths if self.mode == "token" else None
+        adv = dler_advantages(reward, flow.groups, lengths, eps=self.eps)
+        metrics = metrics_dict(self.namespace, ["reward_mean", "advantage_abs_mean"], [reward.mean(), adv.abs().mean()])
+        return flow.but(reward=reward, advantages=adv, metrics=metrics), None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Weight controller parts: each sets the flow's channel weights [K] (float64).
 
-`StaticWeights` is stateless; `PSIWeights` (LEAD) keeps its EMA as plain values: ``{"ema": [K floats],
-"n_updates": int}``, the very dict `PSIController.state_dict` writes, so LEAD's checkpoints read the same.
+`StaticWeights` and `CVWeights` (SAW) are stateless; `PSIWeights` (LEAD) keeps its EMA as plain values:
+``{"ema": [K floats], "n_updates": int}``, the very dict `PSIController.state_dict` writes, so LEAD's
+checkpoints read the same; `DualAscent` (A-DLP) keeps lambda.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from typing import Any
 import torch
 
 from dynashape.controller import PSIController
+from dynashape.field.adlp import AdlpConfig, AdlpController, adlp_lambda_update
+from dynashape.field.saw import saw_weights
 from dynashape.groups import total_variance_stats
 from dynashape.shapers._common import F64, metrics_dict
 from dynashape.shapers.parts.flow import Flow, Stateless
 
-__all__ = ["PSIWeights", "StaticWeights"]
+__all__ = ["CVWeights", "DualAscent", "PSIWeights", "StaticWeights"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +96,59 @@ class PSIWeights:
             metrics=metrics_dict(self.namespace, names, values),
         )
         return flow, ctl.state_dict()
+
+
+@dataclass(frozen=True)
+class DualAscent:
+    """A-DLP's dual ascent on the weight of a length channel (arXiv 2505.18298, Eq. 6), channels (c, -l):
+    weights (1, lambda_t) this step, then lambda_{t+1} = max(0, lambda_t + eta (acc_t - acc_ref)) from the
+    batch's accuracy (`dynashape.field.adlp_lambda_update`). State: ``{"lambda": float, "n_updates": int}``.
+    Logs lambda (the one used), lambda_next and accuracy under `namespace`."""
+
+    lambda0: float = 1e-3
+    eta: float = 1e-3
+    acc_ref: float = 0.62
+    namespace: str = "adlp"
+    state_key: str | None = "controller"
+
+    def init(self) -> dict[str, Any]:
+        return {"lambda": float(self.lambda0), "n_updates": 0}
+
+    def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        controller = AdlpController(AdlpConfig(lambda0=self.lambda0, eta=self.eta, acc_ref=self.acc_ref))
+        controller.load_state_dict(dict(state))
+        return controller.state_dict()
+
+    def update(self, flow: Flow, state: Mapping[str, Any]) -> tuple[Flow, dict[str, Any]]:
+        channels = flow.require("channels", "DualAscent")
+        if channels.shape[1] != 2:
+            raise ValueError(f"DualAscent weighs two channels (correctness, -length), got {channels.shape[1]}")
+        lam = float(state["lambda"])
+        accuracy = float(flow.batch.correct.to(F64).mean())
+        next_lam = adlp_lambda_update(lam, accuracy, eta=self.eta, acc_ref=self.acc_ref)
+        weights = torch.tensor([1.0, lam], dtype=F64, device=channels.device)
+        metrics = {f"{self.namespace}/lambda": lam, f"{self.namespace}/lambda_next": next_lam,
+                   f"{self.namespace}/accuracy": accuracy}  # fmt: skip
+        return flow.but(weights=weights, metrics=metrics), {
+            "lambda": next_lam,
+            "n_updates": int(state["n_updates"]) + 1,
+        }
+
+
+@dataclass(frozen=True)
+class CVWeights(Stateless):
+    """SAW's coefficient-of-variation weights (arXiv 2606.07705): w_k = K CV_k / (sum_j CV_j + eps) over the
+    batch, CV_k = std(r_k) / (|mean(r_k)| + eps), channel 0 shifted by `correctness_offset` for its CV
+    (`dynashape.field.saw_weights`). Recomputed every batch (no state). Logs weight_k and cv_k."""
+
+    eps: float = 1e-8
+    correctness_offset: float = 3.0
+    namespace: str = "saw"
+
+    def update(self, flow: Flow, state: None) -> tuple[Flow, None]:
+        channels = flow.require("channels", "CVWeights")
+        weights, cv = saw_weights(channels, eps=self.eps, correctness_offset=self.correctness_offset)
+        k = channels.shape[1]
+        names = [f"weight_{j}" for j in range(k)] + [f"cv_{j}" for j in range(k)]
+        metrics = metrics_dict(self.namespace, names, [*weights.unbind(), *cv.unbind()])
+        return flow.but(weights=weights, metrics=metrics), None
