@@ -33,29 +33,28 @@ from dynashape.field.thinkprune import ThinkPruneConfig
 from dynashape.shapers.base import ShaperNeeds
 from dynashape.shapers.composed import ComposedShaper
 from dynashape.shapers.parts import (
-    BatchWhiten,
-    Chain,
-    Correctness,
-    DecoupledNormalise,
-    GroupNormalise,
-    RewardColumns,
-    ScalarReward,
-    StaticWeights,
-)
-from dynashape.shapers.parts.field_channels import (
     AalcReward,
+    BaselineWhiten,
+    BatchWhiten,
     BudgetDistance,
     CappedCorrect,
+    Chain,
+    Correctness,
+    CVWeights,
+    DecoupledNormalise,
+    DualAscent,
+    GroupNormalise,
+    KeepBest,
     L1MaxScore,
     LaserBonus,
     LaserDBonus,
     LengthPenalty,
+    RewardColumns,
+    ScalarReward,
     ScheduledCap,
     SolveRateLength,
+    StaticWeights,
 )
-from dynashape.shapers.parts.filters import KeepBest
-from dynashape.shapers.parts.normalise import BaselineWhiten
-from dynashape.shapers.parts.weights import CVWeights, DualAscent
 from dynashape.shapers.registry import register_shaper
 
 __all__ = [

@@ -26,32 +26,59 @@ from dynashape.shapers.parts.channels import (
     RewardColumns,
     ScalarReward,
 )
+from dynashape.shapers.parts.field_channels import (
+    AalcReward,
+    BudgetDistance,
+    CappedCorrect,
+    L1MaxScore,
+    LaserBonus,
+    LaserDBonus,
+    LengthPenalty,
+    ScheduledCap,
+    SolveRateLength,
+)
+from dynashape.shapers.parts.filters import KeepBest
 from dynashape.shapers.parts.flow import Chain, Flow, Part, Stateless, start
 from dynashape.shapers.parts.normalise import (
     AdvantageAbsMean,
+    BaselineWhiten,
     BatchWhiten,
     DecoupledNormalise,
     GroupNormalise,
     weighted_sum,
 )
-from dynashape.shapers.parts.weights import PSIWeights, StaticWeights
+from dynashape.shapers.parts.weights import CVWeights, DualAscent, PSIWeights, StaticWeights
 
 __all__ = [
+    "AalcReward",
     "AdvantageAbsMean",
+    "BaselineWhiten",
     "BatchWhiten",
+    "BudgetDistance",
+    "CVWeights",
+    "CappedCorrect",
     "Chain",
     "Correctness",
     "DecoupledNormalise",
     "DistanceToShortest",
+    "DualAscent",
     "Flow",
     "GroupNormalise",
+    "KeepBest",
+    "L1MaxScore",
+    "LaserBonus",
+    "LaserDBonus",
     "LeadEfficiency",
+    "LengthPenalty",
     "LengthWithin",
     "PSIWeights",
     "Part",
     "RewardColumns",
     "ScalarReward",
+    "ScheduledCap",
+    "SolveRateLength",
     "Stateless",
     "StaticWeights",
     "start",
+    "weighted_sum",
 ]
