@@ -45,7 +45,7 @@ class KeepBest:
         k: Any = self.config.keep
         if self.config.adaptive_keep is not None:
             adaptive = AdaptiveKeep(self.config)
-            adaptive.load_state_dict(dict(state))
+            adaptive.history_ = list(state["history"])  # checked when it was loaded (check_state)
             k = adaptive.keep_for(reward, flow.groups)
             state = adaptive.state_dict()
         keep = gfpo_keep_mask(reward, flow.batch.lengths, flow.groups, keep=k, by=self.config.by)

@@ -15,7 +15,7 @@ Every part writes only the fields it owns, through `Flow.but`, and names its met
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -66,7 +66,15 @@ class Flow:
             changes["metrics"] = {**self.metrics, **changes["metrics"]}
         if "values" in changes:
             changes["values"] = {**self.values, **changes["values"]}
-        return replace(self, **changes)
+        unknown = set(changes) - _FIELDS
+        if unknown:
+            raise TypeError(f"Flow has no field {sorted(unknown)[0]!r}")
+        # A shallow copy with the fields replaced: dataclasses.replace re-runs __init__, which a chain calls
+        # a dozen times per batch for nothing (every field is already valid).
+        new = object.__new__(Flow)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
 
     def with_channel(
         self, column: torch.Tensor, value_range: tuple[float, float], stats_mask: torch.Tensor | None = None
@@ -98,6 +106,9 @@ class Flow:
         rewards = self.reward.unsqueeze(1) if self.reward is not None else self.require("channels", "shaped")
         metrics = dict(self.metrics)
         return Shaped(advantages=advantages.float(), rewards=rewards.float(), metrics=metrics, keep=self.keep)
+
+
+_FIELDS = frozenset(f.name for f in fields(Flow))
 
 
 def start(batch: RolloutBatch) -> Flow:
