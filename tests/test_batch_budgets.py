@@ -55,3 +55,15 @@ def test_shaped_keep_is_a_bool_row_mask():
     ]  # fmt: skip
     with pytest.raises(ValueError, match=r"keep must be a BoolTensor \[3\]"):
         Shaped(advantages=adv, rewards=adv[:, None], keep=torch.tensor([1, 0, 1]))
+
+
+@pytest.mark.parametrize(
+    ("shaper", "what"),
+    [("l1_exact", "budgets"), ("aalc", "validation_accuracy"), ("laser_d", "monitor_rollouts")],
+)
+def test_the_trainer_config_refuses_what_it_cannot_supply(shaper, what):
+    from dynashape.train.config import TrainConfig
+
+    with pytest.raises(ValueError, match=f"shaper '{shaper}' reads {what}, which the reference trainer does not"):
+        TrainConfig(shaper=shaper)
+    assert TrainConfig(shaper="adlp").shaper == "adlp"
