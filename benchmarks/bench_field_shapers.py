@@ -9,13 +9,10 @@ ratio to LEAD's. The target is under 5 ms per call for each.
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-
 import torch
 
-from bench_lead import cpu_per_call, make_batch, timed
+from bench_lead import make_batch
+from bench_length_shapers import print_beside_lead, shaper_arguments, time_beside_lead
 from dynashape import RolloutBatch, get_shaper
 
 # name shown -> (registered name, keyword config); LEAD first, it is the yardstick
@@ -61,37 +58,17 @@ def prepared(name: str, params: dict, batch: RolloutBatch):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompts", type=int, default=512)
-    ap.add_argument("--group", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=50)
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-
+    args = shaper_arguments(__doc__)
     full = field_batch(args.prompts, args.group)
-    res: dict[str, dict[str, float]] = {}
+    calls = {}
     for shown, (name, params) in SHAPERS.items():
         shaper, batch = prepared(name, params, full)
-        for _ in range(5):  # warm-up
-            shaper(batch)
-        wall = statistics.median(timed(lambda s=shaper, b=batch: s(b), args.repeats))
-        cpu = cpu_per_call(lambda s=shaper, b=batch: s(b), args.repeats)
-        res[shown] = {"ms": 1e3 * wall, "cpu_ms": 1e3 * cpu}
-    for r in res.values():  # CPU time too: on a shared machine wall time includes waiting for a core
-        r["ratio_to_lead"] = r["ms"] / res["lead"]["ms"]
-        r["cpu_ratio_to_lead"] = r["cpu_ms"] / res["lead"]["cpu_ms"]
-    if args.json:
-        print(json.dumps({"rollouts": len(full), "threads": args.threads, "shapers": res}))
-        return
-    print(f"batch: {args.prompts} prompts x {args.group} rollouts = {len(full)}; torch threads {args.threads}")
-    print(f"{'shaper':<18}{'wall ms':>9}{'x LEAD':>8}{'CPU ms':>9}{'x LEAD':>8}{'< 5 ms':>8}")
-    for shown, r in res.items():
-        ok = "yes" if r["ms"] < 5 else "NO"
-        print(
-            f"{shown:<18}{r['ms']:9.2f}{r['ratio_to_lead']:8.2f}{r['cpu_ms']:9.2f}{r['cpu_ratio_to_lead']:8.2f}{ok:>8}"
-        )
+        calls[shown] = lambda s=shaper, b=batch: s(b)
+    res = time_beside_lead(calls, args.repeats)
+    print_beside_lead(res, args, len(full), json_out=args.json)
+    if not args.json:
+        slow = [name for name, r in res.items() if r["cpu_ms"] >= 5]
+        print(f"CPU time under 5 ms per call: {'all' if not slow else 'all but ' + ', '.join(slow)}")
 
 
 if __name__ == "__main__":
