@@ -23,7 +23,7 @@ from dynashape.field.l1 import l1_max_reward
 from dynashape.field.laser import LaserDConfig, LaserDTargets, laser_d_reward, laser_reward
 from dynashape.field.thinkprune import CapSchedule, ThinkPruneConfig, thinkprune_reward
 from dynashape.shapers._common import F64
-from dynashape.shapers.parts.flow import Flow, Stateless
+from dynashape.shapers.parts.flow import Flow, Holds, Stateless
 
 __all__ = [
     "AalcReward",
@@ -123,7 +123,7 @@ class SolveRateLength(Stateless):
 
 
 @dataclass(frozen=True)
-class ScheduledCap:
+class ScheduledCap(Holds):
     """ThinkPrune's 1[correct and l <= L_t] with L_t from a step schedule (`dynashape.field.CapSchedule`,
     `thinkprune_reward`). State ``{"steps": int}``, advanced once per call. Logs ``namespace/max_length``."""
 
@@ -131,19 +131,11 @@ class ScheduledCap:
     namespace: str = "thinkprune"
     state_key: str | None = "schedule"
 
-    def _schedule(self, state: Mapping[str, Any]) -> CapSchedule:
-        schedule = CapSchedule(self.config)
-        schedule.load_state_dict(dict(state))
-        return schedule
-
-    def init(self) -> dict[str, Any]:
-        return CapSchedule(self.config).state_dict()
-
-    def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        return self._schedule(state).state_dict()
+    def fresh(self) -> CapSchedule:
+        return CapSchedule(self.config)
 
     def update(self, flow: Flow, state: Mapping[str, Any]) -> tuple[Flow, dict[str, Any]]:
-        schedule = self._schedule(state)
+        schedule = self.held(state)
         cap = schedule.cap()
         reward = thinkprune_reward(flow.batch.correct, flow.batch.lengths, max_length=cap)
         schedule.advance()
@@ -152,7 +144,7 @@ class ScheduledCap:
 
 
 @dataclass(frozen=True)
-class LaserDBonus:
+class LaserDBonus(Holds):
     """LASER-D's bonus with the target of each rollout's difficulty bucket (`dynashape.field.laser_d_reward`).
 
     State ``{"targets": [low, medium, high], "refreshes": int}`` (a None target is the batch's longest
@@ -166,26 +158,18 @@ class LaserDBonus:
     state_key: str | None = "buckets"
     observes: ClassVar[tuple[str, ...]] = ("monitor",)
 
-    def _targets(self, state: Mapping[str, Any]) -> LaserDTargets:
-        targets = LaserDTargets(self.config)
-        targets.load_state_dict(dict(state))
-        return targets
-
-    def init(self) -> dict[str, Any]:
-        return LaserDTargets(self.config).state_dict()
-
-    def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        return self._targets(state).state_dict()
+    def fresh(self) -> LaserDTargets:
+        return LaserDTargets(self.config)
 
     def observe(self, state: Mapping[str, Any], *, monitor: RolloutBatch) -> dict[str, Any]:
         if not isinstance(monitor, RolloutBatch):
             raise TypeError(f"monitor must be a RolloutBatch of the monitor prompts' rollouts, got {monitor!r}")
-        targets = self._targets(state)
+        targets = self.held(state)
         targets.refresh(monitor.correct, monitor.lengths, monitor.group_ids)
         return targets.state_dict()
 
     def update(self, flow: Flow, state: Mapping[str, Any]) -> tuple[Flow, dict[str, Any]]:
-        chosen = self._targets(state).targets_
+        chosen = self.held(state).targets_
         b = flow.batch
         reward = laser_d_reward(b.correct, b.lengths, flow.groups, targets=chosen, alpha=self.config.alpha)
         names = ("target_low", "target_medium", "target_high")
@@ -194,7 +178,7 @@ class LaserDBonus:
 
 
 @dataclass(frozen=True)
-class AalcReward:
+class AalcReward(Holds):
     """AALC's reward alpha_t c + c_len R_len under the last validation accuracy (`dynashape.field.aalc_reward`;
     1[correct] before the first validation). AALC's schedule and its length term read the same accuracy, so
     the method stays one part. State ``{"val_accuracy": float | None}``, set by
@@ -205,24 +189,16 @@ class AalcReward:
     state_key: str | None = "schedule"
     observes: ClassVar[tuple[str, ...]] = ("validation_accuracy",)
 
-    def _schedule(self, state: Mapping[str, Any]) -> AalcSchedule:
-        schedule = AalcSchedule(self.config)
-        schedule.load_state_dict(dict(state))
-        return schedule
-
-    def init(self) -> dict[str, Any]:
-        return AalcSchedule(self.config).state_dict()
-
-    def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        return self._schedule(state).state_dict()
+    def fresh(self) -> AalcSchedule:
+        return AalcSchedule(self.config)
 
     def observe(self, state: Mapping[str, Any], *, validation_accuracy: float) -> dict[str, Any]:
-        schedule = self._schedule(state)
+        schedule = self.held(state)
         schedule.observe_validation(validation_accuracy)
         return schedule.state_dict()
 
     def update(self, flow: Flow, state: Mapping[str, Any]) -> tuple[Flow, dict[str, Any]]:
-        schedule = self._schedule(state)
+        schedule = self.held(state)
         cfg = self.config
         b = flow.batch
         reward = aalc_reward(b.correct, b.lengths, val_accuracy=schedule.val_accuracy_, beta=cfg.beta, c=cfg.c,

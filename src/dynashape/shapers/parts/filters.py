@@ -6,19 +6,18 @@ leaves the dropped rows out entirely (`Shaped.keep`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dynashape.field.gfpo import AdaptiveKeep, GfpoConfig, gfpo_keep_mask
-from dynashape.shapers.parts.flow import Flow
+from dynashape.shapers.parts.flow import Flow, Holds
 from dynashape.shapers.parts.normalise import scalarise
 
 __all__ = ["KeepBest"]
 
 
 @dataclass(frozen=True)
-class KeepBest:
+class KeepBest(Holds):
     """GFPO's filter (arXiv 2508.09726): per group, keep the k shortest ("length") or the k highest reward per
     token ("reward_per_token") of the scalarised reward (`dynashape.field.gfpo_keep_mask`; ties to the earlier
     row). With ``adaptive_keep`` set, k comes from the difficulty quartile of each group's mean reward over a
@@ -32,13 +31,11 @@ class KeepBest:
     def state_key(self) -> str | None:  # type: ignore[override]
         return "difficulty" if self.config.adaptive_keep is not None else None
 
-    def init(self) -> dict[str, Any] | None:
-        return None if self.config.adaptive_keep is None else AdaptiveKeep(self.config).state_dict()
+    def fresh(self) -> AdaptiveKeep:
+        return AdaptiveKeep(self.config)
 
-    def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        adaptive = AdaptiveKeep(self.config)
-        adaptive.load_state_dict(dict(state))
-        return adaptive.state_dict()
+    def init(self) -> dict[str, Any] | None:
+        return None if self.config.adaptive_keep is None else super().init()
 
     def update(self, flow: Flow, state: Any) -> tuple[Flow, Any]:
         reward = scalarise(flow, "KeepBest")

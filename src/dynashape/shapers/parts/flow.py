@@ -24,7 +24,7 @@ from dynashape.batch import RolloutBatch
 from dynashape.groups import Groups
 from dynashape.shapers.base import Shaped
 
-__all__ = ["Chain", "Flow", "Part", "Stateless", "start"]
+__all__ = ["Chain", "Flow", "Holds", "Part", "Stateless", "start"]
 
 F64 = torch.float64
 
@@ -137,6 +137,27 @@ class Stateless:
 
     def init(self) -> None:
         return None
+
+
+class Holds:
+    """Mixin of a part whose state is that of one layer-2 object (a `dynashape.field` controller, the PSI
+    controller): the subclass says how to build a fresh one (`fresh`), and the part's state is its
+    ``state_dict()``, read back through its ``load_state_dict`` (which refuses corrupt state)."""
+
+    def fresh(self) -> Any:
+        raise NotImplementedError
+
+    def held(self, state: Mapping[str, Any]) -> Any:
+        """A fresh object holding `state`."""
+        holder = self.fresh()
+        holder.load_state_dict(dict(state))
+        return holder
+
+    def init(self) -> Any:
+        return self.fresh().state_dict()
+
+    def check_state(self, state: Mapping[str, Any]) -> Any:
+        return self.held(state).state_dict()
 
 
 class Chain:

@@ -18,7 +18,7 @@ from dynashape.field.adlp import AdlpConfig, AdlpController, adlp_lambda_update
 from dynashape.field.saw import saw_weights
 from dynashape.groups import total_variance_stats
 from dynashape.shapers._common import F64, metrics_dict
-from dynashape.shapers.parts.flow import Flow, Stateless
+from dynashape.shapers.parts.flow import Flow, Holds, Stateless
 
 __all__ = ["CVWeights", "DualAscent", "PSIWeights", "StaticWeights"]
 
@@ -39,7 +39,7 @@ class StaticWeights(Stateless):
 
 
 @dataclass(frozen=True)
-class PSIWeights:
+class PSIWeights(Holds):
     """LEAD's Potential-Scaled-Instability controller (lead.md sections 4-6) as a part.
 
     Reads the raw channels and their statistics masks: mu_k, sigma_k by the law of total variance, then
@@ -57,9 +57,9 @@ class PSIWeights:
     namespace: str = "lead"
     state_key: str | None = "controller"
 
-    def _controller(self, ranges: tuple[tuple[float, float], ...]) -> PSIController:
+    def _controller(self, ranges: tuple[tuple[float, float], ...] | None = None) -> PSIController:
         return PSIController(
-            ranges,
+            ranges or ((0.0, 1.0),) * self.channels,  # the ranges do not enter the state
             alpha=self.alpha,
             beta=self.beta,
             lambda_min=self.lambda_min,
@@ -67,14 +67,8 @@ class PSIWeights:
             static_lambda_0=self.static_lambda_0,
         )
 
-    def init(self) -> dict[str, Any]:
-        ranges = ((0.0, 1.0),) * self.channels  # the ranges do not enter the state
-        return self._controller(ranges).state_dict()
-
-    def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        ctl = self._controller(((0.0, 1.0),) * self.channels)
-        ctl.load_state_dict(dict(state))
-        return ctl.state_dict()
+    def fresh(self) -> PSIController:
+        return self._controller()
 
     def update(self, flow: Flow, state: Mapping[str, Any]) -> tuple[Flow, dict[str, Any]]:
         channels = flow.require("channels", "PSIWeights")
@@ -99,7 +93,7 @@ class PSIWeights:
 
 
 @dataclass(frozen=True)
-class DualAscent:
+class DualAscent(Holds):
     """A-DLP's dual ascent on the weight of a length channel (arXiv 2505.18298, Eq. 6), channels (c, -l):
     weights (1, lambda_t) this step, then lambda_{t+1} = max(0, lambda_t + eta (acc_t - acc_ref)) from the
     batch's accuracy (`dynashape.field.adlp_lambda_update`). State: ``{"lambda": float, "n_updates": int}``.
@@ -111,13 +105,8 @@ class DualAscent:
     namespace: str = "adlp"
     state_key: str | None = "controller"
 
-    def init(self) -> dict[str, Any]:
-        return {"lambda": float(self.lambda0), "n_updates": 0}
-
-    def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        controller = AdlpController(AdlpConfig(lambda0=self.lambda0, eta=self.eta, acc_ref=self.acc_ref))
-        controller.load_state_dict(dict(state))
-        return controller.state_dict()
+    def fresh(self) -> AdlpController:
+        return AdlpController(AdlpConfig(lambda0=self.lambda0, eta=self.eta, acc_ref=self.acc_ref))
 
     def update(self, flow: Flow, state: Mapping[str, Any]) -> tuple[Flow, dict[str, Any]]:
         channels = flow.require("channels", "DualAscent")
