@@ -1,11 +1,15 @@
 """A shaper built from parts: the outer face `shaper(batch) -> Shaped` over a `Chain` of parts.
 
-    @register_shaper("lead_saw")
+    @register_shaper("lead_saw")  # LEAD's reward channels with SAW's CV weights instead of PSI
     class LeadSaw(ComposedShaper):
-        config_cls = LeadSawConfig
+        config_cls = LeadConfig
 
         def chain(self) -> Chain:
-            return Chain(Correctness(), LeadEfficiency(), CVWeights(), DecoupledNormalise(), BatchWhiten())
+            c = self.config
+            return Chain(Correctness(), LeadEfficiency(c.l_min, c.b_max), CVWeights(), DecoupledNormalise(),
+                         BatchWhiten(c.whiten))
+
+(tests/test_parts.py builds and checks exactly this one.)
 
 The chain is built once from the config (`reset`); its state is the tuple of the parts' states, advanced
 exactly once per call and only when the whole chain succeeded (a refused batch moves nothing). `state_dict`
