@@ -93,7 +93,7 @@ def _per_group_k(keep: int | torch.Tensor, groups: Groups) -> torch.Tensor:
             raise ValueError(f"keep must be an int or a Tensor [{groups.num_groups}], got shape {tuple(keep.shape)}")
         if bool((keep < 1).any()):
             raise ValueError(f"keep={keep.tolist()} must be >= 1 for every group")
-        return keep.to(torch.long)
+        return keep.to(device=groups.index.device, dtype=torch.long)
     _require_int("keep", keep, 1)
     return torch.full((groups.num_groups,), keep, dtype=torch.long, device=groups.index.device)
 
