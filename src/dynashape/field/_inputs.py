@@ -7,9 +7,11 @@ rewards near 1, which float32 (resolution about 6e-8 at 0.9) would round to a fe
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-__all__ = ["as_correct", "as_lengths", "as_rewards", "capped_correct", "check_rows"]
+__all__ = ["as_correct", "as_lengths", "as_rewards", "capped_correct", "check_rows", "require_int"]
 
 _F64 = torch.float64
 
@@ -44,28 +46,36 @@ def as_rewards(name: str, values: torch.Tensor) -> torch.Tensor:
     return values
 
 
-def as_correct(correct: torch.Tensor, name: str = "correct") -> torch.Tensor:
-    """Float64 0/1 [N] from a BoolTensor or a 0/1 float/int tensor; any other value raises ValueError."""
-    if correct.dim() != 1:
-        raise ValueError(f"{name} must be 1-d [N], got shape {tuple(correct.shape)}")
-    values = correct.to(_F64)
-    bad = (values != 0) & (values != 1)
+def _per_rollout(name: str, values: torch.Tensor, bad: torch.Tensor, rule: str) -> torch.Tensor:
+    """Raise ValueError naming `name` and the first row where `bad` holds; else return `values`."""
     if bool(bad.any()):
         i = int(torch.nonzero(bad)[0, 0])
-        raise ValueError(f"{name}[{i}]={values[i].item()} must be 0 or 1 (a verifier verdict)")
+        raise ValueError(f"{name}[{i}]={values[i].item()} {rule}")
     return values
+
+
+def _one_dim(name: str, values: torch.Tensor) -> torch.Tensor:
+    if values.dim() != 1:
+        raise ValueError(f"{name} must be 1-d [N], got shape {tuple(values.shape)}")
+    return values.to(_F64)
+
+
+def as_correct(correct: torch.Tensor, name: str = "correct") -> torch.Tensor:
+    """Float64 0/1 [N] from a BoolTensor or a 0/1 float/int tensor; any other value raises ValueError."""
+    values = _one_dim(name, correct)
+    return _per_rollout(name, values, (values != 0) & (values != 1), "must be 0 or 1 (a verifier verdict)")
 
 
 def as_lengths(lengths: torch.Tensor, name: str = "lengths") -> torch.Tensor:
     """Float64 [N] from token counts; negative, NaN or inf values raise ValueError naming `name` and the row."""
-    if lengths.dim() != 1:
-        raise ValueError(f"{name} must be 1-d [N], got shape {tuple(lengths.shape)}")
-    values = lengths.to(_F64)
-    bad = ~torch.isfinite(values) | (values < 0)
-    if bool(bad.any()):
-        i = int(torch.nonzero(bad)[0, 0])
-        raise ValueError(f"{name}[{i}]={values[i].item()} must be a finite number >= 0")
-    return values
+    values = _one_dim(name, lengths)
+    return _per_rollout(name, values, ~torch.isfinite(values) | (values < 0), "must be a finite number >= 0")
+
+
+def require_int(field: str, value: Any, low: int) -> None:
+    """Raise ValueError unless `value` is an int (not a bool) >= low: token counts, steps, group sizes."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{field}={value!r} must be an integer >= {low}")
 
 
 def capped_correct(correct: torch.Tensor, lengths: torch.Tensor, cap: float | torch.Tensor) -> torch.Tensor:

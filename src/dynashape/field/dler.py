@@ -24,7 +24,7 @@ from typing import Literal
 import torch
 
 from dynashape._checks import require_choice, require_range
-from dynashape.field._inputs import as_correct, as_lengths, as_rewards, capped_correct, check_rows
+from dynashape.field._inputs import as_correct, as_lengths, as_rewards, capped_correct, check_rows, require_int
 from dynashape.groups import Groups, group_mean, whiten
 
 __all__ = ["DlerConfig", "dler_advantages", "dler_reward"]
@@ -44,8 +44,7 @@ class DlerConfig:
     """Added to the variance inside the square root (masked_whiten). > 0."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 1:
-            raise ValueError(f"max_length={self.max_length!r} must be an integer >= 1")
+        require_int("max_length", self.max_length, 1)
         require_choice("whiten", self.whiten, ("token", "sequence"))
         require_range("eps", self.eps, 0.0, None, low_open=True)
 

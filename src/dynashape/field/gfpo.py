@@ -30,18 +30,13 @@ from typing import Any, Literal
 import torch
 
 from dynashape._checks import require_choice, require_range
-from dynashape.field._inputs import as_lengths, as_rewards, check_rows
+from dynashape.field._inputs import as_lengths, as_rewards, check_rows, require_int
 from dynashape.groups import Groups, group_mean, group_normalize
 
 __all__ = ["GFPO_CRITERIA", "AdaptiveKeep", "GfpoConfig", "GfpoResult", "gfpo_advantages", "gfpo_keep_mask"]
 
 Criterion = Literal["length", "reward_per_token"]
 GFPO_CRITERIA: tuple[str, ...] = ("length", "reward_per_token")
-
-
-def _require_int(field: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{field}={value!r} must be an integer >= {low}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,7 +56,7 @@ class GfpoConfig:
     """Adaptive difficulty: how many recent group means set the quartiles. >= 1."""
 
     def __post_init__(self) -> None:
-        _require_int("keep", self.keep, 1)
+        require_int("keep", self.keep, 1)
         require_choice("by", self.by, GFPO_CRITERIA)
         require_range("eps", self.eps, 0.0, None, low_open=True)
         if self.adaptive_keep is not None:
@@ -69,8 +64,8 @@ class GfpoConfig:
             if len(self.adaptive_keep) != 4:
                 raise ValueError(f"adaptive_keep={self.adaptive_keep!r} must give 4 values (easiest to hardest)")
             for i, k in enumerate(self.adaptive_keep):
-                _require_int(f"adaptive_keep[{i}]", k, 1)
-        _require_int("history", self.history, 1)
+                require_int(f"adaptive_keep[{i}]", k, 1)
+        require_int("history", self.history, 1)
 
 
 @dataclass(frozen=True)
@@ -93,8 +88,8 @@ def _per_group_k(keep: int | torch.Tensor, groups: Groups) -> torch.Tensor:
             raise ValueError(f"keep must be an int or a Tensor [{groups.num_groups}], got shape {tuple(keep.shape)}")
         if bool((keep < 1).any()):
             raise ValueError(f"keep={keep.tolist()} must be >= 1 for every group")
-        return keep.to(torch.long)
-    _require_int("keep", keep, 1)
+        return keep.to(device=groups.index.device, dtype=torch.long)
+    require_int("keep", keep, 1)
     return torch.full((groups.num_groups,), keep, dtype=torch.long, device=groups.index.device)
 
 

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import torch
 
 from dynashape._checks import require_choice, require_range
-from dynashape.field._inputs import as_correct, as_lengths, capped_correct, check_rows
+from dynashape.field._inputs import as_correct, as_lengths, capped_correct, check_rows, require_int
 from dynashape.groups import Groups, group_mean
 
 __all__ = [
@@ -61,8 +61,7 @@ class LaserConfig:
 
     def __post_init__(self) -> None:
         require_range("alpha", self.alpha, 0.0, None)
-        if isinstance(self.target_length, bool) or not isinstance(self.target_length, int) or self.target_length < 1:
-            raise ValueError(f"target_length={self.target_length!r} must be an integer >= 1")
+        require_int("target_length", self.target_length, 1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,9 +86,7 @@ class LaserDConfig:
     def __post_init__(self) -> None:
         require_range("alpha", self.alpha, 0.0, None)
         for name in ("initial_target", "refresh_every", "n_rollout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}={value!r} must be an integer >= 1")
+            require_int(name, getattr(self, name), 1)
         object.__setattr__(self, "grid", tuple(self.grid))
         if not self.grid or any(not isinstance(g, int) or g < 1 for g in self.grid):
             raise ValueError(f"grid={self.grid!r} must be a non-empty tuple of integers >= 1")

@@ -20,14 +20,9 @@ from typing import Any
 import torch
 
 from dynashape._checks import require_range
-from dynashape.field._inputs import as_correct, as_lengths, capped_correct, check_rows
+from dynashape.field._inputs import as_correct, as_lengths, capped_correct, check_rows, require_int
 
 __all__ = ["CapSchedule", "ThinkPruneConfig", "thinkprune_reward"]
-
-
-def _require_count(field: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{field}={value!r} must be an integer >= {low}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,15 +36,15 @@ class ThinkPruneConfig:
     (360, 2000)). Empty: the cap stays max_length."""
 
     def __post_init__(self) -> None:
-        _require_count("max_length", self.max_length, 1)
+        require_int("max_length", self.max_length, 1)
         object.__setattr__(self, "schedule", tuple(tuple(p) for p in self.schedule))
         previous = 0
         for i, pair in enumerate(self.schedule):
             if len(pair) != 2:
                 raise ValueError(f"schedule[{i}]={pair!r} must be a (step, cap) pair")
             step, cap = pair
-            _require_count(f"schedule[{i}] step", step, previous + 1)
-            _require_count(f"schedule[{i}] cap", cap, 1)
+            require_int(f"schedule[{i}] step", step, previous + 1)
+            require_int(f"schedule[{i}] cap", cap, 1)
             previous = step
 
 
@@ -98,6 +93,5 @@ class CapSchedule:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         steps = state.get("steps") if isinstance(state, dict) else None
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"cap schedule state must hold 'steps' (an int >= 0), got {state!r}")
+        require_int("cap schedule state 'steps'", steps, 0)
         self.steps_ = steps
