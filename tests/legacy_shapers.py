@@ -85,6 +85,7 @@ class Lead:
         combined = channel_adv @ step.weights.to(channel_adv.device)
         advantages = batch_whiten(combined, batch.lengths, cfg.whiten)
         t, w = step.targets, step.weights
+        r_l = channels[:, 1]  # the metrics read the channels matrix's column, as lead_metrics did
         n_correct = group_count(groups, correct)
         eff_correct = (r_l * correct).sum() / correct.sum().clamp_min(1)
         names = [

@@ -3,8 +3,8 @@
 Paper: LEAD, arXiv 2605.09806, Algorithm 1; conventions of the official code (CrazyMint/LEAD,
 `ray_trainer.compute_advantage`, branch `lead`). One call = one controller update.
 
-A chain of parts: Correctness, LeadEfficiency, RewardColumns (the declared extras), PSIWeights,
-DecoupledNormalise, BatchWhiten.
+A chain of parts: Correctness, LeadEfficiency, RewardColumns (the declared extras), EfficiencyMetrics,
+PSIWeights, DecoupledNormalise, BatchWhiten.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dynashape.shapers.parts import (
     Chain,
     Correctness,
     DecoupledNormalise,
+    EfficiencyMetrics,
     Flow,
     LeadEfficiency,
     PSIWeights,
@@ -150,7 +151,15 @@ def lead_chain(config: LeadConfig, *, correctness: bool = True) -> Chain:
     correctness channel already in the flow (MEDS puts its penalised correctness there)."""
     efficiency, extras, psi = config.parts()
     head = (Correctness(),) if correctness else ()
-    return Chain(*head, efficiency, extras, psi, DecoupledNormalise(1e-6, order="matmul"), BatchWhiten(config.whiten))
+    return Chain(
+        *head,
+        efficiency,
+        extras,
+        EfficiencyMetrics(efficiency.namespace),
+        psi,
+        DecoupledNormalise(1e-6, order="matmul"),
+        BatchWhiten(config.whiten),
+    )
 
 
 def _lead_output(flow: Flow) -> LeadOutput:

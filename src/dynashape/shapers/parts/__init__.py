@@ -21,6 +21,7 @@ A new method is a few lines: LEAD's channels with static weights instead of its 
 from dynashape.shapers.parts.channels import (
     Correctness,
     DistanceToShortest,
+    EfficiencyMetrics,
     LeadEfficiency,
     LengthWithin,
     RewardColumns,
@@ -62,6 +63,7 @@ __all__ = [
     "DecoupledNormalise",
     "DistanceToShortest",
     "DualAscent",
+    "EfficiencyMetrics",
     "Flow",
     "GroupNormalise",
     "KeepBest",

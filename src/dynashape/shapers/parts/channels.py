@@ -18,6 +18,7 @@ from dynashape.shapers.parts.flow import Flow, Stateless
 __all__ = [
     "Correctness",
     "DistanceToShortest",
+    "EfficiencyMetrics",
     "LeadEfficiency",
     "LengthWithin",
     "RewardColumns",
@@ -127,7 +128,7 @@ class LeadEfficiency(Stateless):
     r_l = max(-1, 1 - |l - L*| / L*) (symmetric) or max(-1, min(0, 1 - l / L*)) (upper_only); range [-1, 1].
 
     Its batch statistics read the correct rollouts only. Keeps the targets as ``values["targets"]`` [G] and
-    logs the target and efficiency metrics of lead.md section 8 under `namespace`.
+    logs the target metrics of lead.md section 8 under `namespace` (`EfficiencyMetrics` logs r_l's).
     """
 
     l_min: float = 1000
@@ -147,13 +148,30 @@ class LeadEfficiency(Stateless):
             l_min=self.l_min,
             b_max=self.b_max,
         )
-        r_l = efficiency_reward(batch.lengths, groups.gather(targets), mode=self.efficiency)  # type: ignore[arg-type]
+        efficiency = efficiency_reward(batch.lengths, groups.gather(targets), mode=self.efficiency)  # type: ignore[arg-type]
+        flow = flow.with_channel(efficiency, (-1.0, 1.0), stats_mask=correct)
         n_correct = group_count(groups, correct)
+        names = ["target_len_mean", "target_len_min", "target_len_max", "unsolved_frac", "solved_all_frac"]
+        values = [targets.mean(), targets.min(), targets.max(), (n_correct == 0).to(F64).mean(),
+                  (n_correct == groups.counts).to(F64).mean()]  # fmt: skip
+        column = flow.require("channels", "LeadEfficiency").shape[1] - 1
+        flow = flow.but(values={"targets": targets, "efficiency_column": column})
+        return flow.but(metrics=metrics_dict(self.namespace, names, values)), None
+
+
+@dataclass(frozen=True)
+class EfficiencyMetrics(Stateless):
+    """Logs LEAD's efficiency_mean (r_l over all rollouts) and efficiency_correct_mean (over correct ones, 0
+    when none is) under `namespace`. Place it after the last channel part: it reads r_l as a column of the
+    finished channels matrix, the strided view LEAD's metrics have always read (torch reduces a view of
+    another stride, or a contiguous copy, in another order, which changes the mean's last bit)."""
+
+    namespace: str = "lead"
+
+    def update(self, flow: Flow, state: None) -> tuple[Flow, None]:
+        r_l = flow.require("channels", "EfficiencyMetrics")[:, flow.values["efficiency_column"]]
+        correct = flow.batch.correct
         # Mean r_l over correct rollouts; 0 when none is correct (as the official metric).
         eff_correct = (r_l * correct).sum() / correct.sum().clamp_min(1)
-        names = ["target_len_mean", "target_len_min", "target_len_max", "efficiency_mean",
-                 "efficiency_correct_mean", "unsolved_frac", "solved_all_frac"]  # fmt: skip
-        values = [targets.mean(), targets.min(), targets.max(), r_l.mean(), eff_correct,
-                  (n_correct == 0).to(F64).mean(), (n_correct == groups.counts).to(F64).mean()]  # fmt: skip
-        flow = flow.with_channel(r_l, (-1.0, 1.0), stats_mask=correct)
-        return flow.but(values={"targets": targets}, metrics=metrics_dict(self.namespace, names, values)), None
+        names = ["efficiency_mean", "efficiency_correct_mean"]
+        return flow.but(metrics=metrics_dict(self.namespace, names, [r_l.mean(), eff_correct])), None
