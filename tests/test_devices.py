@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import plain_math as plain
-from dynashape import RolloutBatch, available_shapers, get_shaper
+from dynashape import RolloutBatch, available_shapers, get_shaper, shaper_needs
 from dynashape.drpo import drpo_loss
 from dynashape.efficiency import efficiency_reward, target_lengths
 from dynashape.groups import Groups, group_max, group_median, group_min, group_normalize, whiten
@@ -51,6 +51,8 @@ def shaper_batch(name: str, device: str = "cpu", *, reward_dtype: torch.dtype = 
     if name in ("meds", "lead_meds"):
         fields["prompt_keys"] = tuple(f"prompt-{int(i)}" for i in ids)
         fields["fingerprints"] = torch.randn(8, fp_dim, generator=gen)
+    if shaper_needs(name).budgets:
+        fields["budgets"] = torch.tensor([20, 20, 20, 20, 32, 32, 32, 5])
     batch = RolloutBatch(group_ids=ids, correct=correct, lengths=lengths, **fields)
     return move(batch, device)
 
@@ -66,6 +68,7 @@ def move(batch: RolloutBatch, device: str) -> RolloutBatch:
         rewards=to(batch.rewards),
         prompt_keys=batch.prompt_keys,
         fingerprints=to(batch.fingerprints),
+        budgets=to(batch.budgets),
     )
 
 
@@ -393,7 +396,7 @@ def test_float16_rewards_and_fingerprints_give_the_float32_result(name):
     b32 = RolloutBatch(
         group_ids=b16.group_ids, correct=b16.correct, lengths=b16.lengths,
         rewards=None if b16.rewards is None else b16.rewards.float(), prompt_keys=b16.prompt_keys,
-        fingerprints=None if b16.fingerprints is None else b16.fingerprints.half().float(),
+        fingerprints=None if b16.fingerprints is None else b16.fingerprints.half().float(), budgets=b16.budgets,
     )  # fmt: skip
     if b16.fingerprints is not None:
         b16 = RolloutBatch(

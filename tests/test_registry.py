@@ -88,7 +88,7 @@ def test_config_errors_name_field_and_range(name, params, message):
 TAKES_ONE_CHANNEL = {"lead": {"reward_ranges": ((-1.0, 1.0),)}, "lead_meds": {"reward_ranges": ((-1.0, 1.0),)}}
 
 
-def _batch(*, fingerprints=True, prompt_keys=True, rewards=False):
+def _batch(*, fingerprints=True, prompt_keys=True, rewards=False, budgets=True):
     import torch
 
     from dynashape import RolloutBatch
@@ -102,6 +102,7 @@ def _batch(*, fingerprints=True, prompt_keys=True, rewards=False):
         rewards=torch.rand(n, 1, generator=gen) - 0.5 if rewards else None,
         prompt_keys=[f"p{i // 4}" for i in range(n)] if prompt_keys else None,
         fingerprints=torch.randn(n, 3, generator=gen) if fingerprints else None,
+        budgets=torch.tensor([6, 6, 6, 6, 9, 9, 9, 9]) if budgets else None,
     )
 
 
@@ -134,6 +135,7 @@ def test_each_declaration_matches_what_the_shaper_reads(name):
     assert _runs(name, _batch(rewards=channels)), "a batch with everything it declares"
     assert _runs(name, _batch(fingerprints=False, rewards=channels)) is not needs.fingerprints
     assert _runs(name, _batch(prompt_keys=False, rewards=channels)) is not needs.prompt_keys
+    assert _runs(name, _batch(budgets=False, rewards=channels)) is not needs.budgets
     with_rewards = _runs(name, _batch(rewards=True), **TAKES_ONE_CHANNEL.get(name, {}))
     assert with_rewards is (needs.reward_channels != "refused")
     assert _runs(name, _batch(rewards=False)) is (needs.reward_channels != "required")

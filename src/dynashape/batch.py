@@ -73,6 +73,8 @@ class RolloutBatch:
         rewards: optional float Tensor [N, K]. Extra reward channels (format, overlong, ...).
         prompt_keys: optional tuple of N str. A stable id of each rollout's prompt across steps (MEDS memory).
         fingerprints: optional float Tensor [N, D]; a row of all NaN means "no fingerprint" (MEDS).
+        budgets: optional LongTensor [N]. The token budget each rollout's prompt asked for (L1's n_gold);
+            validated like `lengths` (integer dtype, non-negative).
     """
 
     group_ids: torch.Tensor
@@ -81,6 +83,7 @@ class RolloutBatch:
     rewards: torch.Tensor | None = None
     prompt_keys: tuple[str, ...] | None = None
     fingerprints: torch.Tensor | None = None
+    budgets: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen dataclass: normalise fields once, here
@@ -114,15 +117,23 @@ class RolloutBatch:
                 )
             correct = correct != 0
 
-        lengths = _as_tensor("lengths", self.lengths)
-        if lengths.dim() != 1:
-            raise ValueError(f"lengths must be 1-D [N], got shape {tuple(lengths.shape)}")
-        check_rows("lengths", lengths)
-        lengths = _require_integer("lengths", lengths)
-        neg = lengths < 0
-        if bool(neg.any()):
-            idx = _first_index(neg)
-            raise ValueError(f"lengths has a negative value {lengths[idx].item()} at index {_fmt_index(idx)}")
+        def token_counts(field: str, value: Any) -> torch.Tensor:
+            """A 1-D integer [N] of token counts (lengths, budgets): non-negative, no silent cast from floats."""
+            t = _as_tensor(field, value)
+            if t.dim() != 1:
+                raise ValueError(f"{field} must be 1-D [N], got shape {tuple(t.shape)}")
+            check_rows(field, t)
+            if t.is_floating_point():
+                _require_finite(field, t)
+            t = _require_integer(field, t)
+            neg = t < 0
+            if bool(neg.any()):
+                idx = _first_index(neg)
+                raise ValueError(f"{field} has a negative value {t[idx].item()} at index {_fmt_index(idx)}")
+            return t
+
+        lengths = token_counts("lengths", self.lengths)
+        budgets = None if self.budgets is None else token_counts("budgets", self.budgets)
 
         rewards = None
         if self.rewards is not None:
@@ -163,6 +174,7 @@ class RolloutBatch:
         set_(self, "rewards", rewards)
         set_(self, "prompt_keys", prompt_keys)
         set_(self, "fingerprints", fingerprints)
+        set_(self, "budgets", budgets)
 
     def __len__(self) -> int:
         return int(self.group_ids.shape[0])

@@ -34,6 +34,7 @@ __all__ = [
     "clipped_surrogate_loss",
     "compute_dtype",
     "entropy_advantage",
+    "kept_mask",
     "kl_estimate",
     "masked_mean",
     "policy_loss",
@@ -94,6 +95,30 @@ def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     mask = mask.to(values.dtype)
     # clamp(min=1) instead of verl's +1e-8: same value for a non-empty mask, exactly 0 for an empty one.
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def kept_mask(response_mask: Tensor, keep: Tensor | None) -> Tensor:
+    """The response mask of the rows a filter keeps (GFPO's ``Shaped.keep``): a dropped row loses every token.
+
+    A dropped row then carries no loss term at all and its tokens leave every normaliser (token-mean counts
+    only kept tokens; the seq-mean modes skip the empty row). A zero advantage would not do that: its tokens
+    would still count in the token-mean's denominator and its KL and entropy terms would remain.
+
+    Args:
+        response_mask: Tensor [B, T], 1 / True on valid tokens.
+        keep: BoolTensor [B], or None (every row kept: the mask is returned as it is).
+
+    Returns:
+        Tensor [B, T] of the mask's dtype.
+    """
+    if keep is None:
+        return response_mask
+    if keep.dtype != torch.bool or keep.dim() != 1 or keep.shape[0] != response_mask.shape[0]:
+        raise ValueError(
+            f"keep must be a BoolTensor [{response_mask.shape[0]}], got dtype {keep.dtype} and shape "
+            f"{tuple(keep.shape)}"
+        )
+    return response_mask * keep.to(response_mask.device).unsqueeze(-1).to(response_mask.dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -343,6 +368,7 @@ def policy_loss(
     kl_estimator: str = "k3",
     entropy: Tensor | None = None,
     entropy_coef: float = 0.0,
+    keep: Tensor | None = None,
 ) -> PolicyLoss:
     """Clipped surrogate plus optional KL-to-reference penalty and entropy bonus, as verl's actor update.
 
@@ -359,6 +385,9 @@ def policy_loss(
         entropy: float Tensor [B, T] of per-token policy entropy (with grad for a bonus), or None. Given with
             ``entropy_coef == 0`` it is reported only.
         entropy_coef: weight of the entropy bonus, >= 0; > 0 requires ``entropy``.
+        keep: BoolTensor [B] of the rows a filter keeps, or None for all (see :func:`kept_mask`): a dropped
+            row leaves every term and every token count. A ``denominator`` given with it must count kept
+            tokens only.
 
     Returns:
         :class:`PolicyLoss`.
@@ -371,6 +400,7 @@ def policy_loss(
         raise ValueError(f"kl_coef={kl_coef} > 0 needs ref_log_prob, got None")
     if entropy_coef > 0.0 and entropy is None:
         raise ValueError(f"entropy_coef={entropy_coef} > 0 needs entropy, got None")
+    response_mask = kept_mask(response_mask, keep)
     sur = clipped_surrogate_loss(
         log_prob,
         old_log_prob,

@@ -4,7 +4,7 @@ what it reads (`Shaper.needs`, `shaper_needs(name)`).
 Importing this package registers the built-in shapers.
 """
 
-from dynashape.shapers import grpo, lead, length_rewards, meds
+from dynashape.shapers import field, grpo, lead, length_rewards, meds
 from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds
 from dynashape.shapers.registry import available_shapers, config_class, get_shaper, register_shaper, shaper_needs
 

@@ -14,13 +14,15 @@ WHITEN_MODES: tuple[str, ...] = ("token", "sequence", "none")
 F64 = torch.float64
 
 
-def batch_whiten(advantages: torch.Tensor, lengths: torch.Tensor, mode: WhitenMode) -> torch.Tensor:
+def batch_whiten(
+    advantages: torch.Tensor, lengths: torch.Tensor, mode: WhitenMode, *, eps: float = 1e-8
+) -> torch.Tensor:
     """BatchWhiten per `mode`: "token" weights rollouts by length (verl's masked_whiten over the response
-    mask), "sequence" weights them equally (TRL), "none" returns the input."""
+    mask), "sequence" weights them equally (TRL), "none" returns the input. eps sits inside the square root."""
     if mode == "token":
-        return whiten(advantages, lengths)
+        return whiten(advantages, lengths, eps=eps)
     if mode == "sequence":
-        return whiten(advantages)
+        return whiten(advantages, eps=eps)
     return advantages
 
 

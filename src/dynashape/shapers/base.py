@@ -29,12 +29,21 @@ class ShaperNeeds:
     """Reads ``fingerprints`` [N, D] (MEDS): the engine must capture them during its old-log-prob forward."""
     prompt_keys: bool = False
     """Reads ``prompt_keys`` [N]: a stable id of each prompt across steps (a memory keyed by prompt)."""
+    budgets: bool = False
+    """Reads ``budgets`` [N]: the token budget each rollout's prompt asked for (L1's n_gold); the engine passes
+    it from the dataset (verl's extra info) or the trainer's prompt."""
+    validation_accuracy: bool = False
+    """Reads the last held-out validation accuracy (AALC): the caller hands it to the shaper with
+    ``shaper.observe(validation_accuracy=a)`` after each evaluation."""
+    monitor_rollouts: bool = False
+    """Reads a monitor set's rollouts every few steps (LASER-D): the caller samples the monitor prompts and
+    hands them with ``shaper.observe(monitor=batch)``."""
     reward_channels: RewardChannels = "refused"
     """``rewards`` [N, K]: "refused" (the shaper raises when given extra channels), "optional" (read when
     given, where its config accepts them: lead declares each column's range) or "required"."""
 
     def __post_init__(self) -> None:
-        for name in ("fingerprints", "prompt_keys"):
+        for name in ("fingerprints", "prompt_keys", "budgets", "validation_accuracy", "monitor_rollouts"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.reward_channels not in REWARD_CHANNELS:
@@ -49,11 +58,23 @@ class Shaped:
         advantages: float32 Tensor [N], one scalar per rollout (engines broadcast it over response tokens).
         rewards: float32 Tensor [N, C], the shaped per-channel rewards that produced it (for logging).
         metrics: flat dict of floats, namespaced ("lead/lambda_c", ...), ready for any logger.
+        keep: optional BoolTensor [N], the rows a filter keeps (GFPO); None keeps every row. A dropped row
+            carries no loss term at all: the loss leaves it out of its sum and of its token count (a zero
+            advantage is not the same, the token-mean would still count its tokens).
     """
 
     advantages: torch.Tensor
     rewards: torch.Tensor
     metrics: dict[str, float] = field(default_factory=dict)
+    keep: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.keep is not None:
+            n = self.advantages.shape[0]
+            if self.keep.dtype != torch.bool or tuple(self.keep.shape) != (n,):
+                raise ValueError(
+                    f"keep must be a BoolTensor [{n}], got dtype {self.keep.dtype} and shape {tuple(self.keep.shape)}"
+                )
 
 
 class Shaper(ABC):
@@ -84,6 +105,13 @@ class Shaper(ABC):
     @abstractmethod
     def shape(self, batch: RolloutBatch) -> Shaped:
         """Compute advantages for a validated batch."""
+
+    def observe(self, **signals: Any) -> None:
+        """Hand the shaper a signal that no batch carries, between calls: ``validation_accuracy=a`` (the last
+        held-out accuracy, AALC), ``monitor=batch`` (a monitor set's rollouts, LASER-D). A shaper that reads
+        none of the signals given raises ValueError rather than ignoring them."""
+        if signals:
+            raise ValueError(f"shaper {self.name!r} reads no {', '.join(sorted(signals))}")
 
     def reset(self) -> None:  # noqa: B027 - stateless shapers have nothing to reset
         """Forget learned state (nothing for a stateless shaper)."""

@@ -1,27 +1,30 @@
 """The GRPO family of baselines (baselines.md): grpo, grpo_length, gdpo, shorterbetter.
 
-Each is a frozen keyword-only config plus a stateless shaper; the math is in dynashape.groups.
+Each is a frozen keyword-only config plus a stateless chain of parts (`dynashape.shapers.parts`); the math is in
+dynashape.groups.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from dynashape._checks import require_choice, require_range
-from dynashape.batch import RolloutBatch
-from dynashape.groups import Groups, group_count, group_mean, group_min, group_normalize
-from dynashape.shapers._common import (
-    F64,
-    WHITEN_MODES,
-    batch_whiten,
-    metrics_dict,
-    reject_rewards,
-    require_rewards,
-    zero_advantage_frac,
+from dynashape.shapers._common import WHITEN_MODES
+from dynashape.shapers.base import ShaperNeeds
+from dynashape.shapers.composed import ComposedShaper
+from dynashape.shapers.parts import (
+    AdvantageAbsMean,
+    BatchWhiten,
+    Chain,
+    Correctness,
+    DecoupledNormalise,
+    DistanceToShortest,
+    GroupNormalise,
+    LengthWithin,
+    RewardColumns,
+    ScalarReward,
+    StaticWeights,
 )
-from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds
 from dynashape.shapers.registry import register_shaper
 
 __all__ = [
@@ -34,17 +37,6 @@ __all__ = [
     "ShorterBetterConfig",
     "ShorterBetterShaper",
 ]
-
-
-def _scalar_shaped(name: str, reward: torch.Tensor, groups: Groups, std: str, eps: float) -> Shaped:
-    """GRPO-normalise one scalar reward [N] and package it with its metrics."""
-    adv = group_normalize(reward, groups, std=std, eps=eps)  # type: ignore[arg-type]
-    metrics = metrics_dict(
-        name,
-        ["reward_mean", "reward_std", "advantage_abs_mean", "zero_advantage_frac"],
-        [reward.mean(), reward.std(unbiased=False), adv.abs().mean(), zero_advantage_frac(reward, groups)],
-    )
-    return Shaped(advantages=adv.float(), rewards=reward.float().unsqueeze(1), metrics=metrics)
 
 
 # ---------------------------------------------------------------------------------------------------- grpo
@@ -61,25 +53,16 @@ class GrpoConfig:
 
 
 @register_shaper("grpo")
-class GrpoShaper(Shaper):
+class GrpoShaper(ComposedShaper):
     """GRPO: (r - mean_q r) / (std_q r + eps) of one scalar reward: rewards[:, 0] if given (K must be 1),
     else correctness as 0/1."""
 
     config_cls = GrpoConfig
     needs = ShaperNeeds(reward_channels="optional")
 
-    def shape(self, batch: RolloutBatch) -> Shaped:
-        if batch.rewards is not None:
-            if batch.rewards.shape[1] != 1:
-                raise ValueError(
-                    f"shaper 'grpo' takes one reward column, got rewards of shape {tuple(batch.rewards.shape)}; "
-                    "use gdpo for several"
-                )
-            reward = batch.rewards[:, 0].to(F64)
-        else:
-            reward = batch.correct.to(F64)
-        groups = Groups.from_ids(batch.group_ids)
-        return _scalar_shaped(self.name, reward, groups, self.config.std, self.config.eps)
+    def chain(self) -> Chain:
+        cfg = self.config
+        return Chain(ScalarReward(self.name), GroupNormalise(cfg.std, cfg.eps, self.name))
 
 
 # --------------------------------------------------------------------------------------------- grpo_length
@@ -107,20 +90,19 @@ class GrpoLengthConfig:
 
 
 @register_shaper("grpo_length")
-class GrpoLengthShaper(Shaper):
+class GrpoLengthShaper(ComposedShaper):
     """Scalarised length baseline: r = w_c * c + w_l * r_len, then GRPO normalisation, no whitening."""
 
     config_cls = GrpoLengthConfig
 
-    def shape(self, batch: RolloutBatch) -> Shaped:
-        reject_rewards(self.name, batch)
+    def chain(self) -> Chain:
         cfg = self.config
-        correct = batch.correct.to(F64)
-        within = (batch.lengths <= cfg.threshold).to(F64)
-        r_len = within * correct if cfg.mode == "conditioned" else within
-        reward = cfg.weights[0] * correct + cfg.weights[1] * r_len
-        groups = Groups.from_ids(batch.group_ids)
-        return _scalar_shaped(self.name, reward, groups, "unbiased", cfg.eps)
+        return Chain(
+            Correctness(),
+            LengthWithin(cfg.threshold, conditioned=cfg.mode == "conditioned"),
+            StaticWeights(cfg.weights, self.name),
+            GroupNormalise("unbiased", cfg.eps, self.name),
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- gdpo
@@ -146,26 +128,21 @@ class GdpoConfig:
 
 
 @register_shaper("gdpo")
-class GdpoShaper(Shaper):
+class GdpoShaper(ComposedShaper):
     """GDPO (NVlabs, arXiv 2601.05242): GRPO-normalise each reward column on its own, weighted sum, whiten."""
 
     config_cls = GdpoConfig
     needs = ShaperNeeds(reward_channels="required")
 
-    def shape(self, batch: RolloutBatch) -> Shaped:
-        rewards = require_rewards(self.name, batch)
-        k = rewards.shape[1]
-        weights = self.config.weights or (1.0,) * k
-        if len(weights) != k:
-            raise ValueError(f"gdpo weights has {len(weights)} entries but rewards has {k} columns")
-        groups = Groups.from_ids(batch.group_ids)
-        combined = torch.zeros(rewards.shape[0], dtype=F64, device=rewards.device)
-        for j, w in enumerate(weights):  # K columns (a handful), never rollouts
-            combined = combined + w * group_normalize(rewards[:, j], groups, eps=self.config.eps)
-        adv = batch_whiten(combined, batch.lengths, self.config.whiten)  # type: ignore[arg-type]
-        names = [f"reward_mean_{j}" for j in range(k)] + ["advantage_abs_mean"]
-        metrics = metrics_dict(self.name, names, [*rewards.mean(0).unbind(), adv.abs().mean()])
-        return Shaped(advantages=adv.float(), rewards=rewards.float(), metrics=metrics)
+    def chain(self) -> Chain:
+        cfg = self.config
+        return Chain(
+            RewardColumns(self.name, required=True, metrics=True),
+            StaticWeights(cfg.weights, self.name),
+            DecoupledNormalise(cfg.eps, order="columns"),
+            BatchWhiten(cfg.whiten),
+            AdvantageAbsMean(self.name),
+        )
 
 
 # ------------------------------------------------------------------------------------------- shorterbetter
@@ -185,20 +162,17 @@ class ShorterBetterConfig:
 
 
 @register_shaper("shorterbetter")
-class ShorterBetterShaper(Shaper):
+class ShorterBetterShaper(ComposedShaper):
     """ShorterBetter (arXiv 2504.21370): SOL_q = shortest correct length of the group, or the group's mean
     length when none is correct; r = alpha * c - beta * |l - SOL_q|; GRPO normalisation."""
 
     config_cls = ShorterBetterConfig
 
-    def shape(self, batch: RolloutBatch) -> Shaped:
-        reject_rewards(self.name, batch)
+    def chain(self) -> Chain:
         cfg = self.config
-        groups = Groups.from_ids(batch.group_ids)
-        length = batch.lengths.to(F64)
-        solved = group_count(groups, batch.correct) > 0
-        sol = torch.where(solved, group_min(length, groups, batch.correct), group_mean(length, groups))
-        reward = cfg.alpha * batch.correct.to(F64) - cfg.beta * (length - groups.gather(sol)).abs()
-        shaped = _scalar_shaped(self.name, reward, groups, "unbiased", cfg.eps)
-        shaped.metrics[f"{self.name}/sol_mean"] = float(sol.mean())
-        return shaped
+        return Chain(
+            Correctness(),
+            DistanceToShortest(self.name),
+            StaticWeights((cfg.alpha, cfg.beta), self.name),
+            GroupNormalise("unbiased", cfg.eps, self.name),
+        )

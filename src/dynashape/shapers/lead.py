@@ -2,23 +2,37 @@
 
 Paper: LEAD, arXiv 2605.09806, Algorithm 1; conventions of the official code (CrazyMint/LEAD,
 `ray_trainer.compute_advantage`, branch `lead`). One call = one controller update.
+
+A chain of parts: Correctness, LeadEfficiency, RewardColumns (the declared extras), EfficiencyMetrics,
+PSIWeights, DecoupledNormalise, BatchWhiten.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from dynashape._checks import require_choice, require_range
 from dynashape.batch import RolloutBatch
 from dynashape.controller import ControllerStep, PSIController
-from dynashape.efficiency import EFFICIENCY_MODES, TARGET_MODES, efficiency_reward, target_lengths
-from dynashape.groups import Groups, group_count, group_normalize, total_variance_stats
-from dynashape.shapers._common import F64, WHITEN_MODES, batch_whiten, metrics_dict
-from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds
+from dynashape.efficiency import EFFICIENCY_MODES, TARGET_MODES
+from dynashape.groups import Groups
+from dynashape.shapers._common import F64, WHITEN_MODES
+from dynashape.shapers.base import Shaped, ShaperNeeds
+from dynashape.shapers.composed import ComposedShaper
+from dynashape.shapers.parts import (
+    BatchWhiten,
+    Chain,
+    Correctness,
+    DecoupledNormalise,
+    EfficiencyMetrics,
+    Flow,
+    LeadEfficiency,
+    PSIWeights,
+    RewardColumns,
+    start,
+)
 from dynashape.shapers.registry import register_shaper
 
 __all__ = ["LeadConfig", "LeadShaper", "check_lead_batch", "lead_advantages"]
@@ -76,6 +90,22 @@ class LeadConfig:
                 raise ValueError(f"reward_ranges[{k}]=({lo}, {hi}) must have R_max > R_min")
         object.__setattr__(self, "reward_ranges", ranges)
 
+    def parts(self, namespace: str = "lead") -> tuple[LeadEfficiency, RewardColumns, PSIWeights]:
+        """LEAD's channel, extra-column and controller parts under this config (correctness comes first)."""
+        return (
+            LeadEfficiency(self.l_min, self.b_max, self.target, self.efficiency, namespace),
+            RewardColumns(namespace, ranges=self.reward_ranges, required=False, metrics=False),
+            PSIWeights(
+                alpha=self.alpha,
+                beta=self.beta,
+                lambda_min=self.lambda_min,
+                eps=self.eps,
+                static_lambda_0=self.static_lambda_c,
+                channels=2 + len(self.reward_ranges),
+                namespace=namespace,
+            ),
+        )
+
     def controller(self) -> PSIController:
         return PSIController(
             ((0.0, 1.0), (-1.0, 1.0), *self.reward_ranges),
@@ -99,6 +129,7 @@ class LeadOutput:
     mu: torch.Tensor  # [K]
     sigma: torch.Tensor  # [K]
     groups: Groups
+    metrics: dict[str, float]  # lead.md section 8, namespaced "lead/"
 
 
 def check_lead_batch(batch: RolloutBatch, config: LeadConfig) -> None:
@@ -117,6 +148,38 @@ def check_lead_batch(batch: RolloutBatch, config: LeadConfig) -> None:
         )
 
 
+def lead_chain(config: LeadConfig, *, correctness: bool = True) -> Chain:
+    """LEAD as parts: [Correctness], LeadEfficiency, extra columns, PSI weights, decoupled normalisation (one
+    matrix-vector product, as the official code), BatchWhiten. Without `correctness` the chain expects the
+    correctness channel already in the flow (MEDS puts its penalised correctness there)."""
+    efficiency, extras, psi = config.parts()
+    head = (Correctness(),) if correctness else ()
+    return Chain(
+        *head,
+        efficiency,
+        extras,
+        EfficiencyMetrics(efficiency.namespace),
+        psi,
+        DecoupledNormalise(1e-6, order="matmul"),
+        BatchWhiten(config.whiten),
+    )
+
+
+def _lead_output(flow: Flow) -> LeadOutput:
+    values = flow.values
+    return LeadOutput(
+        advantages=flow.require("advantages", "lead"),
+        channels=flow.require("channels", "lead"),
+        channel_advantages=values["channel_advantages"],
+        targets=values["targets"],
+        step=values["controller_step"],
+        mu=values["mu"],
+        sigma=values["sigma"],
+        groups=flow.groups,
+        metrics=dict(flow.metrics),
+    )
+
+
 def lead_advantages(
     batch: RolloutBatch,
     correctness: torch.Tensor,
@@ -129,85 +192,38 @@ def lead_advantages(
     verifier's verdict `batch.correct`. Advances `controller` once, after `check_lead_batch` accepted the batch.
     """
     check_lead_batch(batch, config)
-    groups = Groups.from_ids(batch.group_ids)
-    correct = batch.correct
-    targets = target_lengths(
-        batch.lengths,
-        correct,
-        groups,
-        mode=config.target,
-        l_min=config.l_min,
-        b_max=config.b_max,  # type: ignore[arg-type]
-    )
-    r_l = efficiency_reward(batch.lengths, groups.gather(targets), mode=config.efficiency)  # type: ignore[arg-type]
-    columns = [correctness.to(F64), r_l]
-    if batch.rewards is not None:
-        columns += list(batch.rewards.to(F64).unbind(1))
-    channels = torch.stack(columns, dim=1)
-    # Decoupled normalisation (GDPO): each channel in its own group, Bessel std, eps 1e-6, over ALL rollouts.
-    channel_adv = group_normalize(channels, groups, eps=1e-6)
-    # Controller statistics on raw rewards: efficiency over the correct rollouts of solved prompts only.
-    selected = torch.ones_like(channels, dtype=torch.bool)
-    selected[:, 1] = correct
-    mu, sigma = total_variance_stats(channels, groups, selected)
-    step = controller.update(mu, sigma)
-    combined = channel_adv @ step.weights.to(channel_adv.device)
-    advantages = batch_whiten(combined, batch.lengths, config.whiten)  # type: ignore[arg-type]
-    return LeadOutput(advantages, channels, channel_adv, targets, step, mu, sigma, groups)
+    chain = lead_chain(config, correctness=False)
+    head = start(batch).with_channel(correctness.to(F64), (0.0, 1.0))
+    state = tuple(controller.state_dict() if p.state_key else None for p in chain.parts)
+    flow, state = chain.update(head, state)
+    controller.load_state_dict(chain.state_dict(state)["controller"])
+    return _lead_output(flow)
 
 
 def lead_metrics(out: LeadOutput, batch: RolloutBatch, prefix: str = "lead") -> dict[str, float]:
-    """The metrics of lead.md section 8 (plus one lambda per extra channel)."""
-    t = out.step.targets
-    w = out.step.weights
-    correct = batch.correct
-    r_l = out.channels[:, 1]
-    groups = out.groups
-    n_correct = group_count(groups, correct)
-    # Mean r_l over correct rollouts; 0 when none is correct (as the official metric).
-    eff_correct = (r_l * correct).sum() / correct.sum().clamp_min(1)
-    names = [
-        "lambda_c", "lambda_l", "target_lambda_c", "cv_c", "cv_l", "potential_c", "potential_l", "psi_c",
-        "psi_l", "mu_c", "mu_l", "target_len_mean", "target_len_min", "target_len_max", "efficiency_mean",
-        "efficiency_correct_mean", "unsolved_frac", "solved_all_frac",
-    ]  # fmt: skip
-    values = [
-        w[0], w[1], t.target[0], t.cv[0], t.cv[1], t.potential[0], t.potential[1], t.psi[0], t.psi[1],
-        out.mu[0], out.mu[1], out.targets.mean(), out.targets.min(), out.targets.max(), r_l.mean(), eff_correct,
-        (n_correct == 0).to(F64).mean(), (n_correct == groups.counts).to(F64).mean(),
-    ]  # fmt: skip
-    for j in range(2, w.numel()):
-        names.append(f"lambda_r{j - 2}")
-        values.append(w[j])
-    return metrics_dict(prefix, names, values)
+    """The metrics of lead.md section 8 (plus one lambda per extra channel), under `prefix`."""
+    return {f"{prefix}/{key.partition('/')[2]}": value for key, value in out.metrics.items()}
 
 
 @register_shaper("lead")
-class LeadShaper(Shaper):
+class LeadShaper(ComposedShaper):
     """LEAD: r_l from an online per-prompt target length, decoupled GRPO normalisation of correctness and
     r_l, PSI-controlled weights (EMA + floor), BatchWhiten. State: the controller's EMA."""
 
     config_cls = LeadConfig
     needs = ShaperNeeds(reward_channels="optional")
+    state_version = _STATE_VERSION
 
-    def reset(self) -> None:
-        self.controller_ = self.config.controller()
+    def chain(self) -> Chain:
+        return lead_chain(self.config)
 
     def shape(self, batch: RolloutBatch) -> Shaped:
-        out = lead_advantages(batch, batch.correct.to(F64), self.controller_, self.config)
-        return Shaped(
-            advantages=out.advantages.float(),
-            rewards=out.channels.float(),
-            metrics=lead_metrics(out, batch, self.name),
-        )
+        check_lead_batch(batch, self.config)
+        return self.run(start(batch)).shaped()
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"version": _STATE_VERSION, "controller": self.controller_.state_dict()}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if state.get("version") != _STATE_VERSION or "controller" not in state:
-            raise ValueError(
-                f"not a lead shaper state (version {state.get('version')!r}, keys {sorted(state)}); "
-                f"expected version {_STATE_VERSION} with 'controller'"
-            )
-        self.controller_.load_state_dict(state["controller"])
+    @property
+    def controller_(self) -> PSIController:
+        """A snapshot of the controller's state as a `PSIController` (to read its ``ema_`` and ``n_updates_``)."""
+        controller = self.config.controller()
+        controller.load_state_dict(self.chain_.state_dict(self.state_)["controller"])
+        return controller

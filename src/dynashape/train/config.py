@@ -258,6 +258,12 @@ class TrainConfig:
             raise ValueError(f"reward_columns={self.reward_columns}: shaper {self.shaper!r} takes no reward channels")
         if needs.reward_channels == "required" and not self.reward_columns:
             raise ValueError(f"reward_columns=(): shaper {self.shaper!r} needs at least one reward channel")
+        # What the reference trainer cannot hand a shaper yet: refused here rather than at the first step
+        # (budgets) or silently never given (a validation accuracy, a monitor set's rollouts).
+        unmet = [name for name in ("budgets", "validation_accuracy", "monitor_rollouts") if getattr(needs, name)]
+        if unmet:
+            supplied = "which the reference trainer does not supply"
+            raise ValueError(f"shaper {self.shaper!r} reads {', '.join(unmet)}, {supplied}")
 
 
 @functools.cache

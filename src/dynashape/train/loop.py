@@ -279,11 +279,13 @@ class Trainer:
         old_logprobs: torch.Tensor,
         ref_logprobs: torch.Tensor | None,
         fused: TokenStats | None = None,
+        keep: torch.Tensor | None = None,
     ) -> dict[str, float]:
         """``ppo_epochs`` passes of ``mini_batches`` AdamW steps over whole groups; returns mean diagnostics.
 
         ``fused``: the statistics of a forward over all of ``rollouts`` already run with gradients (the single
         on-policy update, see ``step``); the one mini-batch of the one epoch uses it instead of a new forward.
+        ``keep``: the shaper's kept rows (``Shaped.keep``), or None for all; the loss drops the others.
         """
         cfg = self.cfg
         lr = cfg.lr * min(1.0, (self.step_index + 1) / max(1, cfg.lr_warmup_steps))
@@ -315,6 +317,7 @@ class Trainer:
                         lengths=mb.lengths,
                         ref_logprobs=None if ref_logprobs is None else ref_logprobs[rows, :t],
                         entropy=stats.entropy,
+                        keep=None if keep is None else keep[rows].to(mask.device),
                     ),
                     cfg,
                 )
@@ -390,6 +393,7 @@ class Trainer:
                     old_logprobs,
                     ref_logprobs,
                     fused=stats if fuse else None,
+                    keep=shaped.keep,
                 )
             )
             timings["update"] = time.perf_counter() - t0

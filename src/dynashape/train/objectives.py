@@ -3,7 +3,9 @@
     loss, diagnostics = get_loss(cfg.loss)(LossInputs(...), cfg)
 
 A loss takes one mini-batch's tensors and the step configuration and returns the scalar to minimise with its
-diagnostics, so the loop never branches on which loss a preset chose. The math stays in the pure core
+diagnostics, so the loop never branches on which loss a preset chose. The configuration is typed by what the
+losses read (`LossSettings`, which ``train.config.TrainConfig`` satisfies), so this module needs nothing from
+the config module, which validates its ``loss`` field against this registry. The math stays in the pure core
 (:func:`dynashape.losses.policy_loss`, :func:`dynashape.drpo.drpo_loss`): a registered loss only picks its
 hyperparameters out of the config. ``register_loss(name)`` adds one; a taken name raises.
 """
@@ -12,17 +14,63 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from torch import Tensor
 
 from dynashape.drpo import drpo_loss
 from dynashape.losses import entropy_advantage, policy_loss
 
-if TYPE_CHECKING:
-    from dynashape.train.config import TrainConfig
+__all__ = ["Loss", "LossInputs", "LossOutput", "LossSettings", "available_losses", "get_loss", "register_loss"]
 
-__all__ = ["Loss", "LossInputs", "LossOutput", "available_losses", "get_loss", "register_loss"]
+
+class EntropyAdvantageSettings(Protocol):
+    """What the clip loss reads of the entropy advantage section (``EntropyAdvantageConfig``)."""
+
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def alpha(self) -> float: ...
+    @property
+    def kappa(self) -> float: ...
+
+
+class DrpoSettings(Protocol):
+    """What the DRPO loss reads of its section (``DrpoConfig``)."""
+
+    @property
+    def tau(self) -> float: ...
+    @property
+    def lam(self) -> float: ...
+    @property
+    def beta(self) -> float: ...
+    @property
+    def delta(self) -> float: ...
+
+
+class LossSettings(Protocol):
+    """The fields of the step configuration (``TrainConfig``) that the built-in losses read."""
+
+    @property
+    def eps_low(self) -> float: ...
+    @property
+    def eps_high(self) -> float: ...
+    @property
+    def dual_clip(self) -> float | None: ...
+    @property
+    def loss_agg(self) -> str: ...
+    @property
+    def kl_coef(self) -> float: ...
+    @property
+    def kl_estimator(self) -> str: ...
+    @property
+    def entropy_coef(self) -> float: ...
+    @property
+    def entropy_advantage(self) -> EntropyAdvantageSettings: ...
+    @property
+    def drpo(self) -> DrpoSettings: ...
+    @property
+    def max_new_tokens(self) -> int: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +87,8 @@ class LossInputs:
         lengths: long [B], response lengths in tokens.
         ref_logprobs: float [B, T] under the frozen reference policy, or None (no KL term).
         entropy: float [B, T] per-token policy entropy (with grad), or None when the forward did not compute it.
+        keep: bool [B], the rows the shaper's filter keeps (``Shaped.keep``), or None for all; a dropped row
+            carries no loss term and none of its tokens is counted.
     """
 
     logprobs: Tensor
@@ -50,6 +100,7 @@ class LossInputs:
     lengths: Tensor
     ref_logprobs: Tensor | None
     entropy: Tensor | None
+    keep: Tensor | None = None
 
 
 class LossOutput(NamedTuple):
@@ -59,7 +110,7 @@ class LossOutput(NamedTuple):
     diagnostics: Mapping[str, Tensor]
 
 
-Loss = Callable[[LossInputs, "TrainConfig"], LossOutput]
+Loss = Callable[[LossInputs, LossSettings], LossOutput]
 L = TypeVar("L", bound=Loss)
 
 _REGISTRY: dict[str, Loss] = {}
@@ -96,7 +147,7 @@ def available_losses() -> list[str]:
 
 # ------------------------------------------------------------------------------------------- built-ins
 @register_loss("clip")
-def clip_loss(inputs: LossInputs, cfg: TrainConfig) -> LossOutput:
+def clip_loss(inputs: LossInputs, cfg: LossSettings) -> LossOutput:
     """Clipped surrogate with clip-higher and optional dual clip, plus KL to the reference and the entropy bonus
     (``policy_loss``), on the shaper's advantages with the optional entropy advantage (Cheng et al.) per token."""
     adv = inputs.advantages
@@ -117,6 +168,7 @@ def clip_loss(inputs: LossInputs, cfg: TrainConfig) -> LossOutput:
         kl_estimator=cfg.kl_estimator,
         entropy=inputs.entropy if cfg.entropy_coef > 0 else None,
         entropy_coef=cfg.entropy_coef,
+        keep=inputs.keep,
     )
     diagnostics = {
         "loss": out.loss,
@@ -129,9 +181,11 @@ def clip_loss(inputs: LossInputs, cfg: TrainConfig) -> LossOutput:
 
 
 @register_loss("drpo")
-def drpo(inputs: LossInputs, cfg: TrainConfig) -> LossOutput:
+def drpo(inputs: LossInputs, cfg: LossSettings) -> LossOutput:
     """DRPO (arXiv 2510.04474) with L_max = the training budget; it scores rollouts by their own log-probs, so
     the shaper's advantages are not used (the loop still logs them)."""
+    if inputs.keep is not None and not bool(inputs.keep.all()):
+        raise ValueError("loss 'drpo' scores whole groups and cannot drop rows; use a shaper without a filter")
     d = cfg.drpo
     out = drpo_loss(
         inputs.logprobs,

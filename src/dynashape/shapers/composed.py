@@ -1,0 +1,83 @@
+"""A shaper built from parts: the outer face `shaper(batch) -> Shaped` over a `Chain` of parts.
+
+    @register_shaper("lead_saw")  # LEAD's reward channels with SAW's CV weights instead of PSI
+    class LeadSaw(ComposedShaper):
+        config_cls = LeadConfig
+
+        def chain(self) -> Chain:
+            c = self.config
+            return Chain(Correctness(), LeadEfficiency(c.l_min, c.b_max), CVWeights(), DecoupledNormalise(),
+                         BatchWhiten(c.whiten))
+
+(tests/test_parts.py builds and checks exactly this one.)
+
+The chain is built once from the config (`reset`); its state is the tuple of the parts' states, advanced
+exactly once per call and only when the whole chain succeeded (a refused batch moves nothing). `state_dict`
+holds the stateful parts' plain-value states by their ``state_key``, under a version number.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from dynashape.batch import RolloutBatch
+from dynashape.shapers._common import reject_rewards
+from dynashape.shapers.base import Shaped, Shaper
+from dynashape.shapers.parts.flow import Chain, Flow, start
+
+__all__ = ["ComposedShaper"]
+
+
+class ComposedShaper(Shaper):
+    """Base of the shapers that are a chain of parts; subclasses implement `chain` (from ``self.config``)."""
+
+    state_version: ClassVar[int] = 1
+
+    @abstractmethod
+    def chain(self) -> Chain:
+        """The parts of this method, in order, from ``self.config``."""
+
+    def reset(self) -> None:
+        self.chain_ = self.chain()
+        self.state_ = self.chain_.init()
+
+    def run(self, flow: Flow) -> Flow:
+        """Run the chain on `flow`, advancing the state once when every part succeeded."""
+        flow, state = self.chain_.update(flow, self.state_)
+        self.state_ = state
+        return flow
+
+    def shape(self, batch: RolloutBatch) -> Shaped:
+        if self.needs.reward_channels == "refused":
+            reject_rewards(self.name, batch)
+        return self.run(start(batch)).shaped()
+
+    def observe(self, **signals: Any) -> None:
+        """Pass each signal to the parts that read it (``observes``); a signal no part reads raises."""
+        unread = set(signals) - {name for p in self.chain_.parts for name in getattr(p, "observes", ())}
+        if unread:
+            super().observe(**{name: signals[name] for name in unread})
+        state = list(self.state_)
+        for i, part in enumerate(self.chain_.parts):
+            mine = {name: signals[name] for name in getattr(part, "observes", ()) if name in signals}
+            if mine:
+                state[i] = part.observe(state[i], **mine)  # type: ignore[attr-defined]
+        self.state_ = tuple(state)
+
+    def state_dict(self) -> dict[str, Any]:
+        parts = self.chain_.state_dict(self.state_)
+        return {"version": self.state_version, **parts} if parts else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        keys = sorted(self.chain_.state_dict(self.state_))
+        if not keys:
+            super().load_state_dict(state)
+            return
+        if state.get("version") != self.state_version or any(k not in state for k in keys):
+            raise ValueError(
+                f"not a {self.name} shaper state (version {state.get('version')!r}, keys {sorted(state)}); "
+                f"expected version {self.state_version} with {', '.join(map(repr, keys))}"
+            )
+        self.state_ = self.chain_.load_state(state, self.state_)

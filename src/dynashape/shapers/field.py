@@ -1,0 +1,232 @@
+"""The field's length-control methods as registered shapers, each a short chain of parts (spec field.md).
+
+The maths is in `dynashape.field` (one module per method, with the paper, the official code at the commit
+read, and where code and paper differ); the configs are that package's. "GRPO" is the library's group
+normalisation (Bessel std, eps 1e-6, 0 for a constant group or a group of one).
+
+| name | chain |
+|---|---|
+| l1_exact | Correctness, BudgetDistance, StaticWeights(1, alpha), GroupNormalise |
+| l1_max | L1MaxScore, GroupNormalise |
+| thinkprune | ScheduledCap, GroupNormalise |
+| laser | LaserBonus, GroupNormalise |
+| laser_d | LaserDBonus, GroupNormalise |
+| dler | CappedCorrect, BaselineWhiten |
+| alp | SolveRateLength, GroupNormalise |
+| adlp | Correctness, LengthPenalty, DualAscent, GroupNormalise |
+| aalc | AalcReward, GroupNormalise |
+| saw | Correctness, RewardColumns, CVWeights, GroupNormalise or (DecoupledNormalise, BatchWhiten) |
+| gfpo | ScalarReward, KeepBest, GroupNormalise over the kept rows |
+"""
+
+from __future__ import annotations
+
+from dynashape.field.aalc import AalcConfig
+from dynashape.field.adlp import AdlpConfig
+from dynashape.field.alp import AlpConfig
+from dynashape.field.dler import DlerConfig
+from dynashape.field.gfpo import GfpoConfig
+from dynashape.field.l1 import L1ExactConfig, L1MaxConfig
+from dynashape.field.laser import LaserConfig, LaserDConfig
+from dynashape.field.saw import SawConfig
+from dynashape.field.thinkprune import ThinkPruneConfig
+from dynashape.shapers.base import ShaperNeeds
+from dynashape.shapers.composed import ComposedShaper
+from dynashape.shapers.parts import (
+    AalcReward,
+    BaselineWhiten,
+    BatchWhiten,
+    BudgetDistance,
+    CappedCorrect,
+    Chain,
+    Correctness,
+    CVWeights,
+    DecoupledNormalise,
+    DualAscent,
+    GroupNormalise,
+    KeepBest,
+    L1MaxScore,
+    LaserBonus,
+    LaserDBonus,
+    LengthPenalty,
+    RewardColumns,
+    ScalarReward,
+    ScheduledCap,
+    SolveRateLength,
+    StaticWeights,
+)
+from dynashape.shapers.registry import register_shaper
+
+__all__ = [
+    "AalcShaper",
+    "AdlpShaper",
+    "AlpShaper",
+    "DlerShaper",
+    "GfpoShaper",
+    "L1ExactShaper",
+    "L1MaxShaper",
+    "LaserDShaper",
+    "LaserShaper",
+    "SawShaper",
+    "ThinkPruneShaper",
+]
+
+
+@register_shaper("l1_exact")
+class L1ExactShaper(ComposedShaper):
+    """L1 / LCPO-Exact (arXiv 2503.04697; cmu-l3/l1 `math_reward.py`): r = c - alpha |n_gold - n_y|, then GRPO.
+    Reads each rollout's budget n_gold (``batch.budgets``)."""
+
+    config_cls = L1ExactConfig
+    needs = ShaperNeeds(budgets=True)
+
+    def chain(self) -> Chain:
+        return Chain(
+            Correctness(),
+            BudgetDistance(self.name),
+            StaticWeights((1.0, self.config.alpha), self.name),
+            GroupNormalise(namespace=self.name),
+        )
+
+
+@register_shaper("l1_max")
+class L1MaxShaper(ComposedShaper):
+    """L1 / LCPO-Max: r = c * clip(delta + (alpha / 2)(n_gold - n_y), 0, 1) (the code's
+    `get_delta_score_linear_both`; form="paper" gives the paper's slope alpha), then GRPO."""
+
+    config_cls = L1MaxConfig
+    needs = ShaperNeeds(budgets=True)
+
+    def chain(self) -> Chain:
+        cfg = self.config
+        return Chain(L1MaxScore(cfg.alpha, cfg.delta, cfg.form, self.name), GroupNormalise(namespace=self.name))
+
+
+@register_shaper("thinkprune")
+class ThinkPruneShaper(ComposedShaper):
+    """ThinkPrune (arXiv 2504.01296): r = 1[correct and l <= L_t], L_t = max_length, then each schedule pair's
+    cap from its step on (the paper's rounds inside one run), then GRPO. State: the number of steps shaped."""
+
+    config_cls = ThinkPruneConfig
+
+    def chain(self) -> Chain:
+        return Chain(ScheduledCap(self.config, self.name), GroupNormalise(namespace=self.name))
+
+
+@register_shaper("laser")
+class LaserShaper(ComposedShaper):
+    """LASER (arXiv 2505.15612; hkust-nlp/Laser `length_penalty.py`): r = c + alpha 1[correct and l <= L_T],
+    then GRPO."""
+
+    config_cls = LaserConfig
+
+    def chain(self) -> Chain:
+        cfg = self.config
+        return Chain(LaserBonus(cfg.alpha, cfg.target_length), GroupNormalise(namespace=self.name))
+
+
+@register_shaper("laser_d")
+class LaserDShaper(ComposedShaper):
+    """LASER-D: LASER's bonus with the target of the rollout's difficulty bucket (group accuracy >= 2/3,
+    >= 1/3, below), each bucket's target the smallest grid length that keeps the expected correct answers on
+    a monitor set; then GRPO. Hand it the monitor's rollouts with ``observe(monitor=batch)`` before the first
+    step and every ``refresh_every`` steps; until then every target is ``initial_target``."""
+
+    config_cls = LaserDConfig
+    needs = ShaperNeeds(monitor_rollouts=True)
+
+    def chain(self) -> Chain:
+        return Chain(LaserDBonus(self.config, self.name), GroupNormalise(namespace=self.name))
+
+
+@register_shaper("dler")
+class DlerShaper(ComposedShaper):
+    """DLER (arXiv 2510.15110; NVlabs/DLER, verl-dler `core_algos.py`): r = 1[correct and l <= L];
+    A = batch-whitening of (r - group mean), verl's ``reinforce_plus_plus_baseline``."""
+
+    config_cls = DlerConfig
+
+    def chain(self) -> Chain:
+        cfg = self.config
+        return Chain(CappedCorrect(cfg.max_length), BaselineWhiten(cfg.whiten, cfg.eps, self.name))
+
+
+@register_shaper("alp")
+class AlpShaper(ComposedShaper):
+    """ALP (arXiv 2506.05256; no official code found): r = c - beta |y| max(p_solved, 1/K), then GRPO."""
+
+    config_cls = AlpConfig
+
+    def chain(self) -> Chain:
+        return Chain(SolveRateLength(self.config.beta), GroupNormalise(namespace=self.name))
+
+
+@register_shaper("adlp")
+class AdlpShaper(ComposedShaper):
+    """A-DLP (arXiv 2505.18298; JinyanSu1/A-DLP `ray_trainer.py`): r = c - lambda_t l, then GRPO;
+    lambda_{t+1} = max(0, lambda_t + eta (batch accuracy - acc_ref)). State: lambda (checkpointed, where the
+    official code resets it at every start). Logs ``adlp/lambda``."""
+
+    config_cls = AdlpConfig
+
+    def chain(self) -> Chain:
+        cfg = self.config
+        return Chain(
+            Correctness(),
+            LengthPenalty(),
+            DualAscent(cfg.lambda0, cfg.eta, cfg.acc_ref, self.name),
+            GroupNormalise(namespace=self.name),
+        )
+
+
+@register_shaper("aalc")
+class AalcShaper(ComposedShaper):
+    """AALC (arXiv 2506.20160; du-nlp-lab/AALC `length_reward.py`): r = alpha_t c + c_len R_len with
+    a = min(1, A_val / A_target), alpha_t = 0.9 + 0.1 (1 - a), R_len = 1 - min(a^beta, min(1, l / l_max)); then
+    GRPO. Hand it each validation accuracy with ``observe(validation_accuracy=a)``; before the first, r = c."""
+
+    config_cls = AalcConfig
+    needs = ShaperNeeds(validation_accuracy=True)
+
+    def chain(self) -> Chain:
+        return Chain(AalcReward(self.config, self.name), GroupNormalise(namespace=self.name))
+
+
+@register_shaper("saw")
+class SawShaper(ComposedShaper):
+    """SAW (arXiv 2606.07705; Zhaolutuan/SAW `ray_trainer.py`): channels correctness and the batch's reward
+    columns; w_k = K CV_k / (sum_j CV_j + eps) over the batch (correctness shifted by +3 for its CV).
+    mode "grpo": GRPO on sum_k w_k r_k; "gdpo": sum_k w_k A_k of per-channel GRPO, then token-whitened."""
+
+    config_cls = SawConfig
+    needs = ShaperNeeds(reward_channels="optional")
+
+    def chain(self) -> Chain:
+        cfg = self.config
+        head = (
+            Correctness(),
+            RewardColumns(self.name, required=False, metrics=False),
+            CVWeights(cfg.eps, cfg.correctness_offset, self.name),
+        )
+        # SAW's code sums the weighted channels as one matrix-vector product
+        if cfg.mode == "grpo":
+            return Chain(*head, GroupNormalise(eps=cfg.grpo_eps, namespace=self.name, order="matmul"))
+        return Chain(*head, DecoupledNormalise(cfg.grpo_eps, order="matmul"), BatchWhiten("token", cfg.whiten_eps))
+
+
+@register_shaper("gfpo")
+class GfpoShaper(ComposedShaper):
+    """GFPO (arXiv 2508.09726; trl `experimental/gfpo`): keep the k best rollouts of each group (shortest, or
+    highest reward per token; adaptive k per difficulty quartile), A = (r - mean_S) / (std_S + eps) on the kept
+    rows, 0 elsewhere; ``Shaped.keep`` marks the kept rows so the loss drops the others. The reward is the
+    batch's single reward column if given, else correctness."""
+
+    config_cls = GfpoConfig
+    needs = ShaperNeeds(reward_channels="optional")
+
+    def chain(self) -> Chain:
+        return Chain(
+            ScalarReward(self.name),
+            KeepBest(self.config, self.name),
+            GroupNormalise(eps=self.config.eps, namespace=self.name),
+        )

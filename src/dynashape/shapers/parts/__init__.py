@@ -1,0 +1,86 @@
+"""First-class parts of a shaper (design.md, "Shapers from parts"): reward channels, weight controllers,
+normalisations and filters, each a pure ``init`` plus ``update(flow, state) -> (flow, state)``.
+
+A new method is a few lines: LEAD's channels with static weights instead of its PSI controller,
+
+    >>> from dynashape.shapers.parts import (
+    ...     BatchWhiten, Chain, Correctness, DecoupledNormalise, LeadEfficiency, StaticWeights, start)
+    >>> import torch
+    >>> from dynashape import RolloutBatch
+    >>> chain = Chain(Correctness(), LeadEfficiency(l_min=10, b_max=40), StaticWeights((0.7, 0.3)),
+    ...               DecoupledNormalise(), BatchWhiten("sequence"))
+    >>> batch = RolloutBatch(group_ids=torch.tensor([0, 0, 1, 1]), correct=torch.tensor([1, 0, 1, 1]),
+    ...                      lengths=torch.tensor([20, 30, 12, 36]))
+    >>> flow, state = chain.update(start(batch), chain.init())
+    >>> flow.shaped().advantages.shape
+    torch.Size([4])
+
+`dynashape.shapers.composed.ComposedShaper` turns such a chain into a registered shaper with a state_dict.
+"""
+
+from dynashape.shapers.parts.channels import (
+    Correctness,
+    DistanceToShortest,
+    EfficiencyMetrics,
+    LeadEfficiency,
+    LengthWithin,
+    RewardColumns,
+    ScalarReward,
+)
+from dynashape.shapers.parts.field_channels import (
+    AalcReward,
+    BudgetDistance,
+    CappedCorrect,
+    L1MaxScore,
+    LaserBonus,
+    LaserDBonus,
+    LengthPenalty,
+    ScheduledCap,
+    SolveRateLength,
+)
+from dynashape.shapers.parts.filters import KeepBest
+from dynashape.shapers.parts.flow import Chain, Flow, Part, Stateless, start
+from dynashape.shapers.parts.normalise import (
+    AdvantageAbsMean,
+    BaselineWhiten,
+    BatchWhiten,
+    DecoupledNormalise,
+    GroupNormalise,
+    weighted_sum,
+)
+from dynashape.shapers.parts.weights import CVWeights, DualAscent, PSIWeights, StaticWeights
+
+__all__ = [
+    "AalcReward",
+    "AdvantageAbsMean",
+    "BaselineWhiten",
+    "BatchWhiten",
+    "BudgetDistance",
+    "CVWeights",
+    "CappedCorrect",
+    "Chain",
+    "Correctness",
+    "DecoupledNormalise",
+    "DistanceToShortest",
+    "DualAscent",
+    "EfficiencyMetrics",
+    "Flow",
+    "GroupNormalise",
+    "KeepBest",
+    "L1MaxScore",
+    "LaserBonus",
+    "LaserDBonus",
+    "LeadEfficiency",
+    "LengthPenalty",
+    "LengthWithin",
+    "PSIWeights",
+    "Part",
+    "RewardColumns",
+    "ScalarReward",
+    "ScheduledCap",
+    "SolveRateLength",
+    "Stateless",
+    "StaticWeights",
+    "start",
+    "weighted_sum",
+]
