@@ -1,4 +1,4 @@
-"""The papers' evaluation protocols as data: sampling settings and samples per benchmark (spec baselines.md).
+"""The papers' evaluation protocols as data: sampling settings and samples per benchmark (each paper's own).
 
 * ``lead``: LEAD follows Sober Reasoning: temperature 0.8, top-p 0.9, avg@10 on AIME 2024 / 2025 and AMC 2023,
   avg@3 on MATH-500 and OlympiadBench; the headline length is the unweighted mean of the benchmarks' mean lengths

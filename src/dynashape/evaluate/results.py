@@ -29,7 +29,8 @@ from dynashape.metrics import aes, pass_at_k_curve
 __all__ = ["AES_CONSTANTS", "add_aes", "aes_or_none", "summarise", "summarise_benchmark"]
 
 AES_CONSTANTS = {"alpha": 1.0, "beta": 3.0, "gamma": 5.0}
-"""O1-Pruner's weights (spec baselines.md), the ``metrics.aes`` defaults, reported with every AES."""
+"""O1-Pruner's weights as the LEAD paper (arXiv 2605.09806) uses them, the ``metrics.aes``
+defaults, reported with every AES."""
 
 
 def summarise_benchmark(

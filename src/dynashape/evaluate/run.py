@@ -36,7 +36,7 @@ RESULTS_FORMAT = 1
 """Layout version of results.json and of the cache's records; part of the cache key."""
 
 FINGERPRINT_LAYERS = 14
-"""MEDS's fingerprint: the last 14 decoder layers (spec meds.md section 1), fewer on a shallower model."""
+"""MEDS's fingerprint: the last 14 decoder layers (MEDS, arXiv 2604.11297), fewer on a shallower model."""
 
 
 def _model_identity(model_dir: str, flag: str) -> dict[str, Any]:

@@ -197,7 +197,7 @@ class ShapedGRPOTrainer(GRPOTrainer):
         fingerprints: Compute MEDS fingerprints and prompt keys; default: when the shaper declares it reads
             fingerprints (``shaper.needs``: meds, lead_meds). Prompt keys are also passed to a shaper that
             declares it reads them.
-        fingerprint_layers, fingerprint_diff, fingerprint_norm: The fingerprint's settings (meds.md section 1).
+        fingerprint_layers, fingerprint_diff, fingerprint_norm: The fingerprint's settings (MEDS, arXiv 2604.11297).
         *args, **kwargs: Everything ``GRPOTrainer`` takes.
     """
 

@@ -1,4 +1,4 @@
-"""MEDS answer fingerprint: layer-wise logits of the first answer token (spec meds.md section 1).
+"""MEDS answer fingerprint: layer-wise logits of the first answer token (MEDS, arXiv 2604.11297).
 
 For rollout i with answer position p_i (the ``{`` of its last ``\\boxed{``) and target y*_i (the token sampled
 at p_i + 1), the fingerprint over decoder layers n = 1..N is

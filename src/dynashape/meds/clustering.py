@@ -1,7 +1,7 @@
 """MEDS error-memory math (layer 1): kNN vote, the |C| rule, and the HDBSCAN backends.
 
 Everything here is a pure function on NumPy arrays; the stateful :class:`dynashape.meds.memory.ErrorMemory`
-calls these, so the math is testable without any memory state. Spec: docs ``meds.md`` section 2 (paper:
+calls these, so the math is testable without any memory state (paper:
 "The Past Is Not Past: Memory-Enhanced Dynamic Reward Shaping", arXiv 2604.11297; official code
 ``Linxi000/MEDS``, ``recipe/MEDS/layer_logits_utils.py``).
 

@@ -1,4 +1,4 @@
-"""The stable prompt key that the MEDS memory is keyed by across steps (meds.md section 2)."""
+"""The stable prompt key that the MEDS memory is keyed by across steps (MEDS, arXiv 2604.11297)."""
 
 from __future__ import annotations
 

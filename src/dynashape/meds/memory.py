@@ -1,6 +1,6 @@
 """MEDS per-prompt error memory (layer 2): banks of fingerprints, kNN assignment, HDBSCAN refits, checkpoints.
 
-Spec ``meds.md`` section 2. Each bank is keyed by ``(prompt_key, correct)``. Per :meth:`ErrorMemory.update`
+MEDS, arXiv 2604.11297. Each bank is keyed by ``(prompt_key, correct)``. Per :meth:`ErrorMemory.update`
 call, every bank the batch touches (1) votes each new fingerprint into a cluster of its previous fit, (2)
 reports |C| = stored points with that label, (3) appends the new fingerprints and refits. The math lives in
 :mod:`dynashape.meds.clustering`; this module owns the state, the scheduling of refits and the files.

@@ -1,7 +1,7 @@
 """Locate the parts of a causal language model that the MEDS fingerprint reads.
 
-The fingerprint (spec meds.md section 1) needs four things from a Hugging Face causal LM: the stack of
-decoder layers (to hook their outputs), the final norm (the last layer's hidden state in
+The fingerprint (MEDS, arXiv 2604.11297) needs four things from a Hugging Face causal LM: the stack
+of decoder layers (to hook their outputs), the final norm (the last layer's hidden state in
 ``hidden_states[-1]`` is normed, and ``norm="final"`` applies it to every layer), the output head W_U
 (weight [V, H], optional bias [V]) and the backbone module that runs embeddings -> layers -> final norm
 without the head (so a stand-alone fingerprint forward never computes full-vocabulary logits).

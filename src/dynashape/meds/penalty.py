@@ -1,4 +1,4 @@
-"""MEDS repeated-error penalty (meds.md section 3). Layer 1: pure tensor math.
+"""MEDS repeated-error penalty (arXiv 2604.11297). Layer 1: pure tensor math.
 
 Paper: "The Past Is Not Past: Memory-Enhanced Dynamic Reward Shaping", arXiv 2604.11297; official code
 Linxi000/MEDS. penalty = min(alpha * ln(|C| + 1), beta): 0 for a first-time error (|C| = 0), growing

@@ -1,4 +1,4 @@
-"""Where the MEDS fingerprint is read: the answer token of each response (spec meds.md section 1).
+"""Where the MEDS fingerprint is read: the answer token of each response (MEDS, arXiv 2604.11297).
 
 1. :func:`answer_positions` finds p, the ``{`` of the last ``\\boxed{`` in each response (response-relative),
    and :func:`answer_targets` reads y*, the token sampled at p + 1.
@@ -128,7 +128,7 @@ def answer_positions(
     window: int = 10,
     rule: Literal["official", "last"] = "official",
 ) -> Tensor:
-    """Position p of the answer's opening ``{`` in each response (spec meds.md section 1), or -1.
+    """Position p of the answer's opening ``{`` in each response (MEDS, arXiv 2604.11297), or -1.
 
     Rule (as the official MEDS code): p is the last token of the LAST exact occurrence of the token sequence
     ``tokenizer.encode("\\boxed{")``. Without one (the tokenizer merged ``{`` with its neighbours), p is

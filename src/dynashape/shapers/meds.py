@@ -1,4 +1,4 @@
-"""MEDS shapers (meds.md): `meds` (penalised scalar reward, GRPO normalisation) and `lead_meds` (the penalty
+"""MEDS shapers (arXiv 2604.11297): `meds` (penalised scalar reward, GRPO normalisation) and `lead_meds` (the penalty
 on LEAD's correctness channel, then LEAD).
 
 The error memory is part of the shaper's state: one call = one memory visit for every prompt in the batch.
@@ -161,7 +161,7 @@ class MedsShaper(Shaper):
     State: the error memory.
 
     The official code divides a correct rollout's score by (1 + penalty) when correct answers are targeted
-    (`target="right"/"both"`); we subtract, as meds.md specifies. The default (`target="wrong"`) is identical.
+    (`target="right"/"both"`); we subtract, as the paper's equation does. The default (`target="wrong"`) is identical.
     Only targeted banks are stored (the official code also fills the untargeted bank, which never affects a
     penalty)."""
 

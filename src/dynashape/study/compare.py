@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dynashape import state
+from dynashape._text import counted
 from dynashape.study.claims import BEST_GLOBAL, GLOBAL_THRESHOLD_BASELINES
 from dynashape.study.presets import make_train_config, tuning_grids, tuning_overrides
 from dynashape.study.scheduler import Job, Outcome, Placement, default_jobs, prepare, require_ray, run_jobs
@@ -579,7 +580,8 @@ def _run_locked(
     for (regime, method), ss in plan.waiting.items():  # tuning that never finished (a failed run): said aloud
         failed.append(f"{method} {regime} seeds {ss}: not run, its tuning did not finish")
     record_wall_time()
-    log(f"comparison {'complete' if not failed else 'incomplete'}: {len(records)} runs, {len(failed)} problems")
+    runs, problems = counted(len(records), "run"), counted(len(failed), "problem")
+    log(f"comparison {'complete' if not failed else 'incomplete'}: {runs}, {problems}")
     for line in failed:
         log(f"  {line}")
     return {"runs": records, "tuning": plan.out, "failed": failed, "expected": expected}

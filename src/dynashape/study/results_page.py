@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dynashape._text import counted
 from dynashape.study.claims import CLAIMS, METRICS, MIN_SEEDS
 from dynashape.study.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
 
@@ -183,7 +184,10 @@ def _claims_header(
     if not seeds_of:
         lines += ["No runs yet: every claim stays inconclusive until the runs exist.", ""]
     elif n_min < MIN_SEEDS:
-        lines += [f"Partial results: {n_min} seeds so far on the row with fewest (at least {MIN_SEEDS} needed).", ""]
+        lines += [
+            f"Partial results: {counted(n_min, 'seed')} so far on the row with fewest (at least {MIN_SEEDS} needed).",
+            "",
+        ]
     lines += [
         "| claim | verdict | estimate | 95 % t-interval | bootstrap | n | note |",
         "|---|---|---|---|---|---|---|",

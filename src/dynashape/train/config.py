@@ -98,7 +98,7 @@ class EntropyAdvantageConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class DrpoConfig:
-    """The DRPO objective (arXiv 2510.04474; spec baselines.md), used by ``loss="drpo"``."""
+    """The DRPO objective (arXiv 2510.04474), used by ``loss="drpo"``."""
 
     tau: float = 10.0
     """Soft-max temperature over the wrong rollouts of a group."""

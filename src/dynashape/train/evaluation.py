@@ -118,7 +118,7 @@ def passk_problems(problems: Sequence[Problem], cfg: EvalConfig, world: World) -
 def wrong_fingerprints(
     model: torch.nn.Module, tokenizer: Any, rollouts: Rollouts, wrong: np.ndarray, *, layers: int
 ) -> np.ndarray:
-    """MEDS fingerprints (spec meds.md section 1) of the ``wrong`` rollouts, from one forward over those rows
+    """MEDS fingerprints (MEDS, arXiv 2604.11297) of the ``wrong`` rollouts, from one forward over those rows
     only, as the trainer's capture takes them.
 
     Args:
