@@ -269,11 +269,15 @@ def test_sigterm_cancels_every_run_leaves_no_process_and_the_rerun_resumes(base_
     assert "SIGTERM received: cancelled" in log
     time.sleep(1.0)  # Ray's processes exit as their parent goes: give the last one a moment
     assert [p for p in started if _alive(p)] == [], "processes left behind by the compare"
+    # a run in its last moments may still finish within the cancel grace: what the rerun reuses is every run
+    # finished when it starts, and at least those finished before the signal
+    done = list(out.glob("runs/tight/*/eval.json"))
+    assert set(finished) <= set(done)
     rerun = subprocess.run(argv, env=child_env(), capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert len(list(out.glob("runs/tight/*/eval.json"))) == 6
     assert {p: p.stat().st_mtime_ns for p in finished} == finished, "finished runs are kept, not trained again"
-    assert rerun.stdout.count(" reused ") == len(finished)
+    assert rerun.stdout.count(" reused ") == len(done) < 6
     meta = state.read_json(out / "comparison.json")
     assert len(meta["invocations"]) == 2 and all(i["wall_seconds"] > 0 for i in meta["invocations"])
     assert meta["ray"] == {"address": "local", "cpus_per_run": None, "gpus_per_run": 0.0}
