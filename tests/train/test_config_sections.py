@@ -1,4 +1,4 @@
-"""TrainConfig's nested sections (drpo, entropy_advantage, overlong): validation, --set, and old flat config.yaml."""
+"""TrainConfig's nested sections (drpo, entropy_advantage, overlong, budget_prompt): validation, --set, and old flat config.yaml."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from dynashape.study.presets import make_train_config
 from dynashape.train.config import (
     FLAT_TRAIN_KEYS,
     SECTIONS,
+    BudgetPromptConfig,
     DrpoConfig,
     EntropyAdvantageConfig,
     OverlongConfig,
@@ -37,12 +38,17 @@ def test_sections_and_their_defaults():
         "overlong": OverlongConfig,
         "entropy_advantage": EntropyAdvantageConfig,
         "drpo": DrpoConfig,
+        "budget_prompt": BudgetPromptConfig,
     }
     assert not set(train_sections()) & set(SECTIONS)  # `--set drpo.tau` can never mean a top-level section
     cfg = TrainConfig()
     assert cfg.overlong == OverlongConfig(buffer=10, factor=1.0)
     assert cfg.entropy_advantage == EntropyAdvantageConfig(enabled=False, alpha=0.4, kappa=2.0)
     assert cfg.drpo == DrpoConfig(tau=10.0, lam=0.1, beta=1e3, delta=1e-4)
+    assert cfg.budget_prompt == BudgetPromptConfig(enabled=False, form="exact", low=None, high=None, eval_budget=None)
+    # off on the command line too: `--set budget_prompt.enabled=true` turns it on, the rest kept
+    on = _cfg("budget_prompt.enabled=true", "budget_prompt.eval_budget=50", "shaper=l1_exact", method="grpo")
+    assert on.train.budget_prompt == BudgetPromptConfig(enabled=True, eval_budget=50)
     # a mapping of a section's fields is built into the section (presets and config.yaml are plain data)
     assert TrainConfig(drpo={"tau": 5.0}).drpo == DrpoConfig(tau=5.0)
 

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import torch
 
 from dynashape import state
-from dynashape.train.config import RunConfig
+from dynashape.train.config import RunConfig, TrainConfig
 from dynashape.world import Problem, World, get_world
 
 __all__ = [
@@ -28,6 +28,8 @@ __all__ = [
     "evaluate_held_out",
     "load_base",
     "prompt_format",
+    "prompted",
+    "validation_problems",
     "world_of",
 ]
 
@@ -55,18 +57,42 @@ def world_of(cfg: RunConfig) -> World:
     return get_world(cfg.task, cfg.data_path)
 
 
+def prompted(cfg: TrainConfig, problems: list[Problem], *, training: bool) -> list[Problem]:
+    """``problems`` as the run prompts them: with a token budget in each prompt when ``cfg.budget_prompt`` is on
+    (training prompts: each its own drawn budget; held-out and validation prompts: ``eval_budget`` or none)."""
+    from dynashape.world.budget_prompts import with_budget, with_drawn_budgets
+
+    bp = cfg.budget_prompt
+    if not bp.enabled:
+        return problems
+    if training:
+        low, high = bp.budget_range(cfg.max_new_tokens)
+        return with_drawn_budgets(problems, low=low, high=high, seed=cfg.seed, form=bp.form)  # type: ignore[arg-type]
+    if bp.eval_budget is None:
+        return problems
+    return [with_budget(p, bp.eval_budget, bp.form) for p in problems]  # type: ignore[arg-type]
+
+
+def validation_problems(cfg: RunConfig, world: World) -> list[Problem]:
+    """The validation (and monitor) set of a run: the first ``validation_problems`` of the validation split."""
+    problems = world.split("validation")[: cfg.train.validation_problems]
+    return prompted(cfg.train, problems, training=False)
+
+
 def load_base(cfg: RunConfig, *, progress: bool = False, world: World | None = None) -> Base:
-    """The base model and tokenizer, the world's train problems and the held-out split ``cfg.eval.split``;
-    ``world``: ``world_of(cfg)`` when the caller has it already."""
+    """The base model and tokenizer, the world's train problems and the held-out split ``cfg.eval.split``, as
+    the run prompts them (``prompted``); ``world``: ``world_of(cfg)`` when the caller has it already."""
     from dynashape.train.policy import load_pretrained
     from dynashape.train.progress import progress_bar
     from dynashape.train.warmup import load_or_train_base
 
     world = world if world is not None else world_of(cfg)
-    train_problems, held_out = world.split("train"), world.split(cfg.eval.split)
+    train_problems = world.split("train")
+    held_out = prompted(cfg.train, world.split(cfg.eval.split), training=False)
     if cfg.model_path is not None:
         model, tokenizer = load_pretrained(cfg.model_path, device=cfg.device)
-        return Base(model, tokenizer, world, train_problems, held_out, {"source": cfg.model_path, "cache": None})
+        rl_problems = prompted(cfg.train, train_problems, training=True)
+        return Base(model, tokenizer, world, rl_problems, held_out, {"source": cfg.model_path, "cache": None})
     bar = progress_bar(cfg.warmup.steps, "warm-up", progress)
     model, tokenizer, info = load_or_train_base(
         world,
@@ -89,7 +115,8 @@ def load_base(cfg: RunConfig, *, progress: bool = False, world: World | None = N
     }
     if info.sha256 is not None:
         meta["sha256"] = info.sha256
-    return Base(model, tokenizer, world, train_problems, held_out, meta)
+    # the warm-up above read the world's own prompts (the base model's key); the RL prompts may name budgets
+    return Base(model, tokenizer, world, prompted(cfg.train, train_problems, training=True), held_out, meta)
 
 
 def prompt_format(cfg: RunConfig, tokenizer: Any, world: World | None = None) -> Any:

@@ -90,11 +90,28 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(trajectory_part(config), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _added_while_off() -> dict[str, Any]:
+    """``train`` fields added after run folders existed, with the value that leaves them off (the default)."""
+    import dataclasses
+
+    from dynashape.train.config import BudgetPromptConfig
+
+    off = {"budget_prompt": dataclasses.asdict(BudgetPromptConfig()), "validation_every": 0}
+    return {**off, "validation_samples": 1, "validation_problems": None}
+
+
 def trajectory_part(config: dict[str, Any]) -> dict[str, Any]:
-    """The part of a resolved config that ``config_hash`` hashes (a JSON copy without the fields it leaves out)."""
+    """The part of a resolved config that ``config_hash`` hashes (a JSON copy without the fields it leaves out).
+
+    Fields added later are left out while they hold their off value, so a run folder written before them keeps
+    its hash and its checkpoints resume."""
     data = json.loads(json.dumps(config, sort_keys=True, default=str))
+    train = data.get("train", {})
     for key in ("steps", "checkpoint_every"):
-        data.get("train", {}).pop(key, None)
+        train.pop(key, None)
+    for key, off in _added_while_off().items():
+        if key in train and train[key] == off:
+            del train[key]
     data.get("eval", {}).pop("split", None)
     data.pop("cache_dir", None)
     return data

@@ -31,6 +31,7 @@ __all__ = [
     "REWARD_COLUMNS",
     "SECTIONS",
     "TRAINER_FINGERPRINT_LAYERS",
+    "BudgetPromptConfig",
     "DrpoConfig",
     "EntropyAdvantageConfig",
     "EvalConfig",
@@ -117,6 +118,49 @@ class DrpoConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BudgetPromptConfig:
+    """Prompts that name a token budget, as L1 trains with (``world.budget_prompts``; off by default, so no
+    run without it changes). Each training problem asks for its own budget, drawn once from low..high; the
+    held-out and validation prompts ask for ``eval_budget``, or for none. The trainer hands every rollout's
+    budget to the shaper (``RolloutBatch.budgets``), which the ``l1_exact`` and ``l1_max`` shapers read."""
+
+    enabled: bool = False
+    """Put a budget into the prompts."""
+    form: str = "exact"
+    """L1's words: "exact" ("Think for N tokens.", L1-Exact) or "maximum" ("Think for maximum N tokens.",
+    L1-Max)."""
+    low: int | None = None
+    """Smallest training budget in tokens; None: L1's 100 of its 4096-token context, scaled to
+    ``max_new_tokens`` (at least 1)."""
+    high: int | None = None
+    """Largest training budget in tokens; None: L1's 4000 of 4096, scaled to ``max_new_tokens``."""
+    eval_budget: int | None = None
+    """The budget the held-out and validation prompts name (L1 evaluates at fixed budgets); None: they name none."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"budget_prompt.enabled must be true or false, got {self.enabled!r}")
+        from dynashape.world.budget_prompts import BUDGET_FORMS
+
+        if self.form not in BUDGET_FORMS:
+            raise ValueError(f"budget_prompt.form must be one of {tuple(BUDGET_FORMS)}, got {self.form!r}")
+        for name in ("low", "high", "eval_budget"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"budget_prompt.{name} must be an integer >= 1 or null, got {value!r}")
+        if self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"budget_prompt.low={self.low} must be <= budget_prompt.high={self.high}")
+
+    def budget_range(self, max_new_tokens: int) -> tuple[int, int]:
+        """(low, high) of the training budgets at training cap ``max_new_tokens``."""
+        low = self.low if self.low is not None else max(1, round(max_new_tokens * 100 / 4096))
+        high = self.high if self.high is not None else max(low, round(max_new_tokens * 4000 / 4096))
+        if low > high:
+            raise ValueError(f"budget_prompt: low={low} must be <= high={high} (max_new_tokens={max_new_tokens})")
+        return low, high
+
+
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """One RL run: sampling, reward, shaper, loss and optimiser. Presets (``presets.py``) fill it in."""
 
@@ -176,6 +220,16 @@ class TrainConfig:
     """The entropy advantage of the clip loss (an EntropyAdvantageConfig or a dict; off by default)."""
     drpo: DrpoConfig = field(default_factory=DrpoConfig)
     """The DRPO objective's settings, read when ``loss="drpo"`` (a DrpoConfig or a dict)."""
+    budget_prompt: BudgetPromptConfig = field(default_factory=BudgetPromptConfig)
+    """Prompts that name a token budget (L1; a BudgetPromptConfig or a dict; off by default)."""
+    validation_every: int = 0
+    """Steps between validations on the validation split, before the first step and then every this many (AALC's
+    ``test_freq``, 10): their accuracy goes to a shaper that reads one (``ShaperNeeds.validation_accuracy``) and
+    to the metrics (``val/accuracy``). 0: never (refused for such a shaper)."""
+    validation_samples: int = 1
+    """Samples per validation problem (at the training temperature and cap)."""
+    validation_problems: int | None = None
+    """The validation and monitor sets are the first this many problems of the validation split (None: all)."""
     lr: float = 5e-5
     """AdamW learning rate (constant after a linear warm-up); larger rates collapse the toy policy into
     truncated rollouts (docs/training.md has the sweep)."""
@@ -244,6 +298,15 @@ class TrainConfig:
             raise ValueError(f"prompt_pool must be >= 1 or None, got {self.prompt_pool}")
         if self.lr_warmup_steps < 0 or self.checkpoint_every < 0:
             raise ValueError("lr_warmup_steps and checkpoint_every must be >= 0")
+        if self.validation_every < 0 or self.validation_samples < 1:
+            raise ValueError(
+                f"validation_every must be >= 0 and validation_samples >= 1, got {self.validation_every} and "
+                f"{self.validation_samples}"
+            )
+        if self.validation_problems is not None and self.validation_problems < 1:
+            raise ValueError(f"validation_problems must be >= 1 or None, got {self.validation_problems}")
+        if self.budget_prompt.enabled:
+            self.budget_prompt.budget_range(self.max_new_tokens)
 
     def _check_shaper_needs(self) -> None:
         """The shaper's declaration (``Shaper.needs``) against what this config hands it."""
@@ -258,12 +321,19 @@ class TrainConfig:
             raise ValueError(f"reward_columns={self.reward_columns}: shaper {self.shaper!r} takes no reward channels")
         if needs.reward_channels == "required" and not self.reward_columns:
             raise ValueError(f"reward_columns=(): shaper {self.shaper!r} needs at least one reward channel")
-        # What the reference trainer cannot hand a shaper yet: refused here rather than at the first step
-        # (budgets) or silently never given (a validation accuracy, a monitor set's rollouts).
-        unmet = [name for name in ("budgets", "validation_accuracy", "monitor_rollouts") if getattr(needs, name)]
-        if unmet:
-            supplied = "which the reference trainer does not supply"
-            raise ValueError(f"shaper {self.shaper!r} reads {', '.join(unmet)}, {supplied}")
+        # What the trainer hands a shaper only when asked: refused here rather than at the first step (budgets)
+        # or silently never given (a validation accuracy). A monitor set's rollouts come on the shaper's own
+        # schedule (LASER-D's refresh_every), from the validation split.
+        if needs.budgets and not self.budget_prompt.enabled:
+            raise ValueError(
+                f"budget_prompt.enabled=false: shaper {self.shaper!r} reads each prompt's token budget; set "
+                "budget_prompt.enabled=true (the prompts then name a budget, as L1 trains)"
+            )
+        if needs.validation_accuracy and self.validation_every == 0:
+            raise ValueError(
+                f"validation_every=0: shaper {self.shaper!r} reads the last validation accuracy; set "
+                "validation_every to the steps between validations (AALC's test_freq: 10)"
+            )
 
 
 @functools.cache

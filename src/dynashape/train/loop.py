@@ -1,8 +1,9 @@
 """The RL loop of the reference trainer, one step top to bottom.
 
-    sample prompts -> G rollouts each (temperature 1.0, KV cache, batched) -> verifier
-    -> optional dynamic sampling -> old log-probs forward (+ MEDS fingerprints from the same forward)
-    -> shaper -> advantages -> the preset's loss (objectives.py: clip, drpo) -> AdamW step(s) -> metrics
+    [validation / monitor set, on their schedules] -> sample prompts -> G rollouts each (temperature 1.0,
+    KV cache, batched) -> verifier -> optional dynamic sampling -> old log-probs forward (+ MEDS fingerprints
+    from the same forward) -> shaper -> advantages -> the preset's loss (objectives.py: clip, drpo)
+    -> AdamW step(s) -> metrics
 
 Everything method-specific comes from ``TrainConfig`` (a preset): which reward columns, which shaper, which
 loss. No branch here names a method. ``run.py`` owns the run folder, checkpoints and evaluation.
@@ -126,6 +127,9 @@ class Trainer:
         device: torch device of the model.
         prompt_format: how problems become prompt ids (chat template, suffix; ``prompts.PromptFormat``);
             None sends each problem's text as it is, after the tokenizer's BOS.
+        validation: the validation (and monitor) problems: sampled every ``cfg.validation_every`` steps for the
+            validation accuracy, and on the shaper's own schedule for a shaper that reads a monitor set's
+            rollouts (LASER-D). Needed only then.
     """
 
     def __init__(
@@ -139,6 +143,7 @@ class Trainer:
         ref_model: torch.nn.Module | None = None,
         device: str | torch.device = "cpu",
         prompt_format: Any = None,
+        validation: Sequence[Problem] = (),
     ) -> None:
         from dynashape import get_shaper
 
@@ -150,6 +155,12 @@ class Trainer:
         pool = problems if cfg.prompt_pool is None else problems[: cfg.prompt_pool]
         self.stream = PromptStream(pool, cfg.seed)
         self.shaper = get_shaper(cfg.shaper, **cfg.shaper_kwargs)
+        self.validation = list(validation)
+        if (cfg.validation_every or self.shaper.needs.monitor_rollouts) and not self.validation:
+            raise ValueError(
+                f"validation_every={cfg.validation_every}, shaper {cfg.shaper!r}: the trainer needs validation "
+                "problems to sample (Trainer(validation=...))"
+            )
         self.loss = get_loss(cfg.loss)
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.99)
@@ -202,6 +213,50 @@ class Trainer:
         # A truncated rollout has no final answer the trainer trusts (the budget binds: over budget = wrong).
         return correct & ~rollouts.truncated.cpu()
 
+    def _held_out(self, n: int, purpose: int) -> Any:
+        """``n`` samples of every validation problem at the training temperature and cap, from a generator of
+        their own (seeded by seed, step and purpose), so the training draws stay as they are."""
+        from dynashape.train.evaluation import sample_responses
+
+        return sample_responses(
+            self.model,
+            self.tokenizer,
+            self.validation,
+            self.verifier,
+            n=n,
+            max_new_tokens=self.cfg.max_new_tokens,
+            temperature=self.cfg.temperature,
+            seed=(self.cfg.seed * 1_000_003 + self.step_index) * 4 + purpose,
+            device=self.device,
+            prompt_format=self.prompt_format,
+        )
+
+    def _held_out_signals(self) -> dict[str, float]:
+        """Before a step: the validation accuracy, every ``validation_every`` steps from step 0 (verl validates
+        before training too), handed to a shaper that reads it (AALC); and a monitor set's rollouts, every
+        ``refresh_every`` steps of the shaper's config from step 0, for a shaper that reads them (LASER-D, with
+        its ``n_rollout`` samples per prompt)."""
+        from dynashape import RolloutBatch
+
+        cfg, needs, metrics = self.cfg, self.shaper.needs, {}
+        if cfg.validation_every and self.step_index % cfg.validation_every == 0:
+            accuracy = float(self._held_out(cfg.validation_samples, purpose=1).correct.mean())
+            metrics["val/accuracy"] = accuracy
+            if needs.validation_accuracy:
+                self.shaper.observe(validation_accuracy=accuracy)
+        if needs.monitor_rollouts and self.step_index % self.shaper.config.refresh_every == 0:
+            n = self.shaper.config.n_rollout
+            monitor = self._held_out(n, purpose=2)
+            self.shaper.observe(
+                monitor=RolloutBatch(
+                    group_ids=torch.arange(len(self.validation)).repeat_interleave(n),
+                    correct=torch.from_numpy(monitor.correct),
+                    lengths=torch.from_numpy(monitor.lengths),
+                )
+            )
+            metrics["monitor/accuracy"] = float(monitor.correct.mean())
+        return metrics
+
     def _collect(self, timings: dict[str, float]) -> _Collected:
         """Sample groups; under dynamic sampling keep only mixed groups, refilling for a few rounds."""
         cfg, g = self.cfg, self.cfg.group_size
@@ -249,6 +304,15 @@ class Trainer:
         problems = [p for k in kept for p in k[1]]
         group_ids = torch.arange(n_groups).repeat_interleave(g)
         return _Collected(merged, problems, group_ids, torch.cat([k[2] for k in kept]), rounds, sampled)
+
+    def _budgets(self, problems: list[Problem]) -> torch.Tensor | None:
+        """LongTensor [N] of the budgets the rollouts' prompts name, for a shaper that reads them (L1)."""
+        if not self.shaper.needs.budgets:
+            return None
+        missing = [p.key for p in problems if p.budget is None]
+        if missing:
+            raise ValueError(f"shaper {self.cfg.shaper!r} reads budgets, but prompt {missing[0]} names none")
+        return torch.tensor([p.budget for p in problems], dtype=torch.long)
 
     def _scored_forward(self, rollouts: Rollouts) -> tuple[TokenStats, torch.Tensor | None]:
         """Log-probs and entropy [N, T] of the responses; MEDS fingerprints [N, D] ride along on the same forward.
@@ -340,6 +404,9 @@ class Trainer:
         cfg = self.cfg
         timings = {"sample": 0.0, "verify": 0.0, "old_logprob": 0.0, "shape": 0.0, "update": 0.0}
         t_start = time.perf_counter()
+        held_out = self._held_out_signals()
+        if held_out:  # only then: the metrics of runs without it keep their keys
+            timings["held_out"] = time.perf_counter() - t_start
         col = self._collect(timings)
         s = col.sampled
         metrics: dict[str, float] = {
@@ -348,6 +415,7 @@ class Trainer:
             "groups_kept": float(len(col.group_ids) // cfg.group_size),
             "groups_kept_frac": len(col.group_ids) / len(s["correct"]),
             **rollout_metrics(s["problems"], s["correct"], s["lengths"], s["truncated"]),
+            **held_out,
         }
         if col.rollouts is not None:
             rollouts, lengths = col.rollouts, col.rollouts.lengths.cpu()
@@ -377,6 +445,7 @@ class Trainer:
                 rewards=reward_columns(cfg.reward_columns, col.correct, lengths, cfg),
                 prompt_keys=[p.key for p in col.problems],
                 fingerprints=None if fingerprints is None else fingerprints.cpu(),
+                budgets=self._budgets(col.problems),
             )
             shaped = self.shaper(batch)
             metrics.update(shaped.metrics)

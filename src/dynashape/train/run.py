@@ -27,6 +27,7 @@ from dynashape.train.base_model import (
     evaluate_held_out,
     load_base,
     prompt_format,
+    validation_problems,
     world_of,
 )
 from dynashape.train.config import RunConfig
@@ -168,7 +169,15 @@ def _trainer(cfg: RunConfig, base: Base, verifier: Any, fmt: Any) -> Any:
         ref_model=ref_model,
         device=cfg.device,
         prompt_format=fmt,
+        validation=validation_problems(cfg, base.world) if _samples_validation(cfg) else (),
     )
+
+
+def _samples_validation(cfg: RunConfig) -> bool:
+    """Does the run sample the validation split while it trains (validations, a shaper's monitor set)?"""
+    from dynashape.shapers import shaper_needs
+
+    return bool(cfg.train.validation_every) or shaper_needs(cfg.train.shaper).monitor_rollouts
 
 
 def _resume(folder: RunFolder, trainer: Any, cfg: RunConfig, cfg_hash: str) -> tuple[int | None, list[dict]]:

@@ -31,7 +31,8 @@ class Problem:
     ``operands``, ``ops`` and ``group`` describe a chain problem (``group`` is the index i of the first operand
     of the parenthesised pair ``(operands[i] ops[i] operands[i+1])`` on trap prompts, then ``ops[i-1] == "-"``,
     else None). ``verbosity`` is the problem's trait (hidden from the methods; the phrasing of the prompt shows
-    it). Problems of a real dataset have no operands and an empty trait.
+    it). Problems of a real dataset have no operands and an empty trait. ``budget`` is set only on prompts that
+    name a token budget (``world.budget_prompts``, off by default).
     """
 
     prompt: str
@@ -42,6 +43,9 @@ class Problem:
     ops: tuple[str, ...] = ()
     group: int | None = None
     verbosity: str = ""
+    budget: int | None = None
+    """The token budget the prompt asks for (L1's "Think for N tokens."), or None when it asks for none
+    (``world.budget_prompts``)."""
 
     @property
     def is_trap(self) -> bool:
