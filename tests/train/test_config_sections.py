@@ -1,4 +1,5 @@
-"""TrainConfig's nested sections (drpo, entropy_advantage, overlong, budget_prompt): validation, --set, and old flat config.yaml."""
+"""TrainConfig's nested sections (drpo, entropy_advantage, overlong, budget_prompt): validation, --set, and old
+flat config.yaml."""
 
 from __future__ import annotations
 

@@ -84,9 +84,9 @@ def test_the_default_budget_range_is_l1s_scaled_to_the_cap():
     assert BudgetPromptConfig().budget_range(4096) == (100, 4000)  # L1's randint(100, 4000) at its 4K context
     assert BudgetPromptConfig().budget_range(101) == (2, 99)
     assert BudgetPromptConfig(low=10, high=20).budget_range(101) == (10, 20)
-    with pytest.raises(ValueError, match="budget_prompt.low=30 must be <= budget_prompt.high=20"):
+    with pytest.raises(ValueError, match=r"budget_prompt\.low=30 must be <= budget_prompt\.high=20"):
         BudgetPromptConfig(low=30, high=20)
-    with pytest.raises(ValueError, match="budget_prompt.form"):
+    with pytest.raises(ValueError, match=r"budget_prompt\.form"):
         BudgetPromptConfig(form="loose")
 
 
