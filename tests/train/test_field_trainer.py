@@ -90,6 +90,20 @@ def test_the_default_budget_range_is_l1s_scaled_to_the_cap():
         BudgetPromptConfig(form="loose")
 
 
+def test_following_error_hand_worked():
+    import numpy as np
+
+    from dynashape.train.budget_following import following_error
+
+    # |8 - 10| + |12 - 10| + |20 - 10| = 14 over 3 responses, relative to 10
+    assert following_error(np.array([8, 12, 20]), 10) == pytest.approx(14 / 30)
+    assert following_error(np.array([10, 10]), 10) == 0.0
+    with pytest.raises(ValueError, match="budget must be >= 1"):
+        following_error(np.array([1]), 0)
+    with pytest.raises(ValueError, match=r"budget_prompt\.eval_budgets must not repeat"):
+        BudgetPromptConfig(eval_budgets=(4, 4))
+
+
 def test_a_shaper_is_refused_what_the_trainer_would_not_hand_it():
     with pytest.raises(ValueError, match=r"budget_prompt.enabled=false: shaper 'l1_exact' reads"):
         TrainConfig(shaper="l1_exact")
@@ -125,8 +139,9 @@ def test_l1_gets_the_budget_each_rollouts_prompt_names(tiny_config, parity_verif
     seen = []
     original = L1ExactShaper.shape
     monkeypatch.setattr(L1ExactShaper, "shape", lambda self, batch: seen.append(batch) or original(self, batch))
-    cfg = tiny_config("grpo", shaper="l1_exact", shaper_kwargs={"alpha": 0.01}, budget_prompt={"enabled": True})
-    train(cfg, tmp_path / "run", progress=False, verifier=parity_verifier, report=False)
+    budget_prompt = {"enabled": True, "eval_budgets": (6, 12)}
+    cfg = tiny_config("grpo", shaper="l1_exact", shaper_kwargs={"alpha": 0.01}, budget_prompt=budget_prompt)
+    result = train(cfg, tmp_path / "run", progress=False, verifier=parity_verifier, report=False)
     by_key = {p.key: p for p in prompted(cfg.train, world_of(cfg).split("train"), training=True)}
     assert len(seen) == 3
     for batch in seen:
@@ -135,6 +150,14 @@ def test_l1_gets_the_budget_each_rollouts_prompt_names(tiny_config, parity_verif
         named = [int(re.search(r"Think for (\d+) tokens\.", by_key[k].prompt).group(1)) for k in batch.prompt_keys]
         assert batch.budgets.tolist() == named
         assert all(1 <= b <= 23 for b in named)  # L1's range at a 24-token cap: 1..23
+    # L1's fixed-budget evaluation: one per budget, in eval.json
+    assert set(result.eval["at_budget"]) == {"6", "12"}
+    for budget, at in result.eval["at_budget"].items():
+        assert 0 <= at["accuracy"] <= 1 and 0 <= at["truncated_frac"] <= 1
+        # mean |l - b| / b is at least |mean l - b| / b (equal only when every length lies on one side of b)
+        assert at["following_error"] >= abs(at["mean_length"] - int(budget)) / int(budget) - 1e-12
+    other = tiny_config("grpo", shaper="l1_exact", shaper_kwargs={"alpha": 0.01}, budget_prompt={"enabled": True})
+    assert ckpt.config_hash(other.to_dict()) == ckpt.config_hash(cfg.to_dict()), "eval budgets train nothing"
     held_out = prompted(cfg.train, world_of(cfg).split("test"), training=False)
     assert all(p.budget is None for p in held_out), "no eval_budget: held-out prompts name none"
     with_eval = TrainConfig(shaper="l1_exact", budget_prompt={"enabled": True, "eval_budget": 9})

@@ -83,9 +83,9 @@ def config_hash(config: dict[str, Any]) -> str:
     """Hash of the parts of a resolved config that change the trajectory (16 hex characters).
 
     ``checkpoint_every`` and ``steps`` are left out, so a finished run can be extended and checkpoint
-    frequency changed without invalidating its checkpoints; so is ``eval.split`` (which held-out split the
-    final evaluation reads never changes the training trajectory, and run folders from before the field keep
-    their hash).
+    frequency changed without invalidating its checkpoints; so are ``eval.split`` and
+    ``train.budget_prompt.eval_budgets`` (what the final evaluation reads never changes the training
+    trajectory, and run folders from before the field keep their hash).
     """
     return hashlib.sha256(json.dumps(trajectory_part(config), sort_keys=True).encode()).hexdigest()[:16]
 
@@ -97,7 +97,8 @@ def _added_while_off() -> dict[str, Any]:
     from dynashape.train.config import BudgetPromptConfig
 
     off = {"budget_prompt": dataclasses.asdict(BudgetPromptConfig()), "validation_every": 0}
-    return {**off, "validation_samples": 1, "validation_problems": None}
+    del off["budget_prompt"]["eval_budgets"]  # left out of the hash always (trajectory_part)
+    return json.loads(json.dumps({**off, "validation_samples": 1, "validation_problems": None}))
 
 
 def trajectory_part(config: dict[str, Any]) -> dict[str, Any]:
@@ -109,6 +110,8 @@ def trajectory_part(config: dict[str, Any]) -> dict[str, Any]:
     train = data.get("train", {})
     for key in ("steps", "checkpoint_every"):
         train.pop(key, None)
+    if isinstance(train.get("budget_prompt"), dict):  # which budgets the final evaluation adds trains nothing
+        train["budget_prompt"].pop("eval_budgets", None)
     for key, off in _added_while_off().items():
         if key in train and train[key] == off:
             del train[key]

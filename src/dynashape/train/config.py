@@ -136,6 +136,10 @@ class BudgetPromptConfig:
     """Largest training budget in tokens; None: L1's 4000 of 4096, scaled to ``max_new_tokens``."""
     eval_budget: int | None = None
     """The budget the held-out and validation prompts name (L1 evaluates at fixed budgets); None: they name none."""
+    eval_budgets: tuple[int, ...] = ()
+    """After the final evaluation, one more held-out evaluation per budget here, every prompt naming it (L1's
+    fixed-budget evaluation): accuracy, mean length and the length-following error mean |length - budget| /
+    budget, in eval.json's ``at_budget``. Evaluation only: it leaves the training (and its hash) alone."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
@@ -148,6 +152,12 @@ class BudgetPromptConfig:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"budget_prompt.{name} must be an integer >= 1 or null, got {value!r}")
+        object.__setattr__(self, "eval_budgets", tuple(self.eval_budgets))
+        for value in self.eval_budgets:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"budget_prompt.eval_budgets must hold integers >= 1, got {self.eval_budgets!r}")
+        if len(set(self.eval_budgets)) != len(self.eval_budgets):
+            raise ValueError(f"budget_prompt.eval_budgets must not repeat a budget, got {self.eval_budgets!r}")
         if self.low is not None and self.high is not None and self.low > self.high:
             raise ValueError(f"budget_prompt.low={self.low} must be <= budget_prompt.high={self.high}")
 

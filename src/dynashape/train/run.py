@@ -117,6 +117,13 @@ def train(
 
         final_eval, eval_seconds = _final_eval(cfg, base, verifier, fmt, progress)
         result = run_summary(cfg, trainer.step_index, base_eval, final_eval, metrics, base.meta, resumed_from)
+        if cfg.train.budget_prompt.eval_budgets:  # L1's fixed-budget evaluation, on the prompts without one
+            from dynashape.train.budget_following import evaluate_at_budgets
+
+            start = time.perf_counter()
+            held_out = base.world.split(cfg.eval.split)
+            result["at_budget"] = evaluate_at_budgets(cfg, base.model, base.tokenizer, held_out, verifier, fmt=fmt)
+            eval_seconds += time.perf_counter() - start
         result["wall_seconds"] = time.perf_counter() - start_wall
         result["final_eval_seconds"] = eval_seconds
         folder.write_eval(result)
