@@ -21,7 +21,9 @@ shaper and loss differ. Length parameters are scaled to the toy task from the pa
   already a fraction of the budget);
 * length_zscore: alpha 0.05 and the -1 wrong reward unscaled (a z-score has no units);
 * ablations for the comparison: lead_min_correct / lead_mean_all (LEAD's target aggregator), lead_upper_only
-  (the one-sided efficiency reward), meds_single_cluster (MEDS with one cluster per error bank).
+  (the one-sided efficiency reward), meds_single_cluster (MEDS with one cluster per error bank);
+* the field's length methods (l1_exact ... gfpo): lengths the same fraction of B as of the paper's own maximum
+  response length, per-token coefficients scaled by P / B (``study.field_presets`` states each).
 
 ``TUNING_GRIDS`` is the small stated grid that the comparison tunes each global baseline on (validation split
 only): for each preset, one key in ``--set`` form (``shaper_kwargs.x`` or a ``TrainConfig`` field) and its values,
@@ -36,6 +38,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dynashape.shapers import shaper_needs
+from dynashape.study.field_presets import field_table
 from dynashape.train.config import TRAINER_FINGERPRINT_LAYERS, TrainConfig, train_sections
 
 __all__ = [
@@ -134,6 +137,8 @@ def _table(budget: int) -> dict[str, dict[str, Any]]:
             "dual_clip": 10.0,
             "shaper_kwargs": {"alpha": 0.1, "beta": 0.2, "cluster_method": "single"},
         },
+        # the field's length methods, carried from their papers by the rules of study.field_presets
+        **field_table(budget),
     }
 
 
