@@ -94,3 +94,22 @@ def test_every_field_preset_is_a_valid_config_in_both_regimes(method, regime):
     for name in ("prompts_per_step", "steps", "lr", "kl_coef", "eps_low", "eps_high", "seed", "max_new_tokens"):
         assert getattr(cfg, name) == getattr(shared, name), (method, name)
     assert cfg.max_new_tokens == preset_values(method, cfg.max_new_tokens)["max_new_tokens"]
+
+
+def test_the_field_plan_registers_every_method_in_both_regimes_at_the_followups_seeds_and_evaluation():
+    from dynashape.study import followup
+    from dynashape.study.compare import COMPARISON_PLAN, run_comparison
+
+    plan = COMPARISON_PLAN["field"]
+    assert dict(plan.rows) == {"tight": FIELD_METHODS, "loose": FIELD_METHODS} and len(FIELD_METHODS) == 11
+    assert plan.seeds == (5, 6, 7, 8, 9) == followup.SEEDS[:5]  # paired with the follow-up's GRPO and LEAD
+    assert dict(plan.eval) == followup.eval_overrides() and plan.eval["n_samples"] == 16
+    assert not plan.tune and not plan.fixed and not plan.row_seeds  # the presets as stated, never tuned
+    lines: list[str] = []
+    out = run_comparison(
+        "unused", rows=plan.rows, seeds=plan.seeds, template=None, workers=2, tune=plan.tune,  # type: ignore[arg-type]
+        row_seeds=plan.row_seeds, fixed=plan.fixed, log=lines.append, dry_run=True,
+    )  # fmt: skip
+    assert out["expected"] == 110 and sum(line.startswith("run ") for line in lines) == 110
+    assert "run laser_d loose seed 9 -> runs/loose/laser_d-seed9" in lines
+    assert not any("(tuning)" in line for line in lines)

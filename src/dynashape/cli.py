@@ -176,7 +176,8 @@ class _PresetHelp(argparse.HelpFormatter):
         return text
 
 
-COMPARISON_PLANS = ("full", "v2")  # dynashape.study.compare.COMPARISON_PLAN's names (not imported: startup time)
+# dynashape.study.compare.COMPARISON_PLAN's names (not imported: startup time)
+COMPARISON_PLANS = ("field", "full", "v2")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -200,7 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--plan",
         choices=sorted(COMPARISON_PLANS),
         default=None,
-        help="a pre-registered plan: full (docs/results.md) or v2, the powered follow-up (docs/results-v2.md)",
+        help=(
+            "a pre-registered plan: full (docs/results.md), v2, the powered follow-up (docs/results-v2.md), or field, "
+            "the field's length methods (docs/results-field.md)"
+        ),
     )
     p.add_argument(
         "--methods",

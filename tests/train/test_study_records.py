@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -53,25 +55,37 @@ def test_code_version_is_this_checkout_head():
     assert isinstance(version["dirty"], bool)
 
 
-@pytest.mark.slow  # one base evaluation at the registered 16 + 64 samples: a minute alone, more on a busy machine
-def test_compare_plan_v2_through_the_cli_writes_the_registered_evaluation_into_a_runs_config(tmp_path):
-    """A real `dynashape compare --plan v2` with no eval flag (the as-run v2's command): the config.yaml its first
-    run writes has the registered evaluation. Stopped by SIGTERM once that file exists (the study is resumable; the
-    test needs the file, not the run)."""
+BASE_CACHE = Path(__file__).resolve().parents[2] / "results" / "comparison-v2" / "base-cache"
+
+
+@pytest.mark.parametrize(
+    ("plan", "regime", "method"),
+    [("v2", "tight", "grpo"), ("field", "loose", "l1_exact")],
+)
+def test_compare_plan_through_the_cli_writes_the_registered_evaluation_into_a_runs_config(
+    plan, regime, method, tmp_path
+):
+    """A real `dynashape compare --plan ...` with no eval flag (the as-run v2's command): the config.yaml its first
+    run writes has the registered evaluation (16 samples, 64 on the 40-key subset), and the field plan's run its
+    preset (L1's budgets in the prompt, scaled to the regime). The base evaluations come from the follow-up's
+    committed cache (the same key on any machine), so the run starts within seconds; it is stopped by SIGTERM once
+    its config exists (written atomically; the study is resumable; the test needs the file, not the run)."""
     from lock_holder import child_env
 
-    out = tmp_path / "v2"
-    argv = [sys.executable, "-m", "dynashape.cli", "compare", "--plan", "v2", "--methods", "grpo", "--regime", "tight"]
-    argv += ["--seeds", "5,", "--jobs", "1", "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
-    config = out / "runs" / "tight" / "grpo-seed5" / "config.yaml"
+    cache = tmp_path / "cache"
+    shutil.copytree(BASE_CACHE, cache)
+    out = tmp_path / plan
+    argv = [sys.executable, "-m", "dynashape.cli", "compare", "--plan", plan, "--methods", method, "--regime", regime]
+    argv += ["--seeds", "5,", "--jobs", "1", "--out", str(out), "--cache-dir", str(cache), "--no-progress"]
+    config = out / "runs" / regime / f"{method}-seed5" / "config.yaml"
     log = tmp_path / "compare.log"  # a file, not a pipe nobody reads while waiting: the child never blocks on it
     with log.open("w") as sink:
         proc = subprocess.Popen(argv, env=child_env(), stdout=sink, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 1500  # one base evaluation at 16 + 64 samples first
+        deadline = time.monotonic() + 600  # Ray's start and the run's model on a busy machine
         while not config.exists():
             assert proc.poll() is None, f"the compare ended before writing a config: {log.read_text()[-2000:]}"
-            assert time.monotonic() < deadline, f"no config after 1500 s: {log.read_text()[-2000:]}"
+            assert time.monotonic() < deadline, f"no config after 600 s: {log.read_text()[-2000:]}"
             time.sleep(0.2)
         written = yaml.safe_load(config.read_text())
     finally:
@@ -80,6 +94,12 @@ def test_compare_plan_v2_through_the_cli_writes_the_registered_evaluation_into_a
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
+    assert "base evaluation ready" in log.read_text() and "(new)" in log.read_text()
     registered = followup.eval_overrides()
     assert written["eval"]["n_samples"] == 16 and written["eval"]["passk_samples"] == 64
     assert written["eval"]["passk_keys"] == list(registered["passk_keys"]) and len(registered["passk_keys"]) == 40
+    assert written["train"]["shaper"] == method
+    if plan == "field":  # L1-Exact at the loose budget 164: 100..4000 of 4096 -> 4..160, eval budgets 512..3600
+        assert written["train"]["budget_prompt"]["enabled"] is True
+        assert (written["train"]["budget_prompt"]["low"], written["train"]["budget_prompt"]["high"]) == (4, 160)
+        assert written["train"]["budget_prompt"]["eval_budgets"] == [21, 41, 82, 144]

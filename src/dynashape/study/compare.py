@@ -97,6 +97,22 @@ def _followup_plan() -> ComparisonPlan:
     )
 
 
+def _field_plan() -> ComparisonPlan:
+    """The field comparison (docs/results-field.md, its plan block): the field's length methods in both regimes at
+    the follow-up's seeds 5-9 and its registered evaluation. Each method's values come from its paper's setting by
+    the rules of ``study.field_presets``, fixed before any run and never tuned. Its controls, GRPO and LEAD, are
+    the follow-up's runs at the same seeds (the same base, eval seeds and evaluation), not trained again."""
+    from dynashape.study import followup
+    from dynashape.study.field_presets import FIELD_METHODS, FIELD_SEEDS
+
+    return ComparisonPlan(
+        rows={"tight": FIELD_METHODS, "loose": FIELD_METHODS},
+        seeds=FIELD_SEEDS,
+        eval=followup.eval_overrides(),
+        tune=False,
+    )
+
+
 COMPARISON_PLAN: Mapping[str, ComparisonPlan] = {
     # The LEAD family (with the length shapers engines ship) and the MEDS family in the tight regime (the
     # papers' setting); the loose regime limited to grpo, lead, lead_static, shorterbetter and the best
@@ -109,6 +125,8 @@ COMPARISON_PLAN: Mapping[str, ComparisonPlan] = {
     ),
     # The follow-up, powered to decide v1's claims (docs/results-v2.md): fewer rows, more seeds, 16 samples.
     "v2": _followup_plan(),
+    # The field's length methods beside the follow-up's GRPO and LEAD runs (docs/results-field.md): descriptive.
+    "field": _field_plan(),
 }
 
 

@@ -42,11 +42,13 @@ from typing import Any
 
 from dynashape.train.config import TrainConfig
 
-__all__ = ["FIELD_METHODS", "L1_EVAL_BUDGETS", "field_table", "scaled_length"]
+__all__ = ["FIELD_METHODS", "FIELD_SEEDS", "L1_EVAL_BUDGETS", "field_table", "scaled_length"]
 
 FIELD_METHODS: tuple[str, ...] = (
     "l1_exact", "l1_max", "thinkprune", "laser", "laser_d", "dler", "alp", "adlp", "aalc", "saw", "gfpo",
 )  # fmt: skip
+FIELD_SEEDS: tuple[int, ...] = (5, 6, 7, 8, 9)
+"""The field comparison's seeds: the follow-up's first five, so each run pairs with its GRPO and LEAD runs."""
 L1_EVAL_BUDGETS: tuple[int, ...] = (512, 1024, 2048, 3600)
 """The budgets L1 evaluates at (cmu-l3/l1 ``scripts/replicate/eval_inference_exact.sh``)."""
 
