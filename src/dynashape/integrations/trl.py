@@ -54,135 +54,29 @@ import torch
 try:
     import trl
     from accelerate.utils import is_peft_model
-    from transformers import TrainerCallback
     from trl import GRPOTrainer
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError("dynashape.integrations.trl needs TRL: pip install 'dynashape[trl]'") from err
 
 from dynashape.batch import RolloutBatch
 from dynashape.integrations._prompts import prompt_key_of
+from dynashape.integrations._trl_options import SUPPORTED_TRL, check_trl_version, check_unhonoured_options
+from dynashape.integrations._trl_state import STATE_FILE, ShaperStateCallback, load_shaper_state
 from dynashape.meds.capture import OFFICIAL_FINGERPRINT_LAYERS, FingerprintCapture
 from dynashape.meds.positions import answer_positions, answer_targets
 from dynashape.shapers import Shaped, Shaper
-from dynashape.state import StateFileError, torch_load, torch_save
 
 __all__ = [
     "STATE_FILE",
     "SUPPORTED_TRL",
     "ShapedGRPOTrainer",
     "ShaperStateCallback",
+    "check_trl_version",
     "check_unhonoured_options",
     "load_shaper_state",
 ]
 
 logger = logging.getLogger(__name__)
-
-#: TRL versions this adapter was checked against (the overridden private methods change between releases).
-SUPPORTED_TRL = ("1.16.0", "1.17.0")  # [lower, upper)
-STATE_FILE = "dynashape_shaper.pt"
-STATE_FORMAT = "dynashape-trl-shaper-state/1"
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
-
-
-def check_trl_version(version: str) -> None:
-    """Raise when `version` is outside SUPPORTED_TRL (set DYNASHAPE_TRL_UNCHECKED=1 to try anyway)."""
-    low, high = (_version_tuple(v) for v in SUPPORTED_TRL)
-    if not low <= _version_tuple(version) < high and os.environ.get("DYNASHAPE_TRL_UNCHECKED") != "1":
-        raise ImportError(
-            f"dynashape.integrations.trl supports trl>={SUPPORTED_TRL[0]},<{SUPPORTED_TRL[1]}, found {version}; "
-            "install a supported TRL or set DYNASHAPE_TRL_UNCHECKED=1 to try at your own risk"
-        )
-
-
-class ShaperStateCallback(TrainerCallback):
-    """Writes the shaper state into each TRL checkpoint folder (``checkpoint-N/dynashape_shaper.pt``).
-
-    Written by the processes that write the rest of the checkpoint: ``args.should_save`` (world process 0, or
-    the main process of every node with ``save_on_each_node=True``, for nodes without a shared filesystem). The
-    shaper runs on the gathered batch, so its state is the same on every process and any copy is the state.
-    """
-
-    def __init__(self, shaper: Shaper) -> None:
-        self.shaper = shaper
-
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not args.should_save:
-            return
-        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        payload = {
-            "format": STATE_FORMAT,
-            "global_step": int(state.global_step),
-            "run": {"run_name": str(getattr(args, "run_name", None) or ""), "output_dir": str(args.output_dir)},
-            "shaper": dict(self.shaper.state_dict()),
-        }
-        torch_save(os.path.join(folder, STATE_FILE), payload)  # atomic, fsynced
-
-
-def load_shaper_state(path: str, *, global_step: int | None = None) -> dict[str, Any]:
-    """The shaper state in ``path``, read with ``torch.load(weights_only=True)``: plain values and tensors only.
-
-    The file records the step it was written at and the run (``run_name``, ``output_dir``); with
-    ``global_step`` (the checkpoint being resumed) a state of another step is refused. A file of the earlier
-    layout (the shaper state alone) is read as it is.
-
-    Raises:
-        StateFileError: (a ValueError) when the file is empty, truncated, holds anything else (a pickled
-            object could run code on load: refused, never run) or was written at another step; the message
-            names the file.
-    """
-    try:
-        payload = torch_load(path, map_location="cpu", expect=dict)
-    except StateFileError as err:
-        raise StateFileError(path, f"not a dynashape shaper state (plain values and tensors): {err.problem}") from err
-    if payload.get("format") != STATE_FORMAT:
-        return payload  # the earlier layout: the shaper state itself
-    if not isinstance(payload.get("shaper"), dict) or not isinstance(payload.get("global_step"), int):
-        raise StateFileError(
-            path, f"not a dynashape shaper state: malformed payload (keys {sorted(map(str, payload))})"
-        )
-    if global_step is not None and payload["global_step"] != global_step:
-        raise StateFileError(
-            path, f"written at global step {payload['global_step']}, but TRL resumes from step {global_step}"
-        )
-    return payload["shaper"]
-
-
-# GRPOConfig options that shape TRL's own advantages. ShapedGRPOTrainer replaces those advantages with the
-# shaper's, so a non-default value would be silently ignored: refused instead (option -> accepted defaults).
-_UNHONOURED_OPTIONS: dict[str, tuple[Any, ...]] = {
-    "scale_rewards": ("group",),
-    "multi_objective_aggregation": ("sum_then_normalize",),
-}
-
-
-def check_unhonoured_options(args: Any) -> None:
-    """Raise a ValueError naming each TRL option ShapedGRPOTrainer would ignore (set to a non-default value)."""
-    if args is None:  # TRL builds a default GRPOConfig
-        return
-    problems = []
-    for name, accepted in _UNHONOURED_OPTIONS.items():
-        value = getattr(args, name, accepted[0])
-        if value not in accepted:
-            problems.append(f"{name}={value!r} (leave it at {accepted[0]!r})")
-    weights = getattr(args, "reward_weights", None)
-    if weights is not None and any(float(w) != 1.0 for w in weights):
-        problems.append(
-            f"reward_weights={list(weights)!r} (leave it None; the verdict comes from correctness_reward and other "
-            "rewards enter as reward_channels)"
-        )
-    if problems:
-        raise ValueError(
-            "ShapedGRPOTrainer: the shaper computes the advantages, so these GRPOConfig options would be ignored: "
-            + "; ".join(problems)
-            + ". Normalisation is the shaper's own setting (e.g. get_shaper('lead', whiten='sequence'))."
-        )
 
 
 class ShapedGRPOTrainer(GRPOTrainer):
