@@ -234,6 +234,8 @@ def test_aalc_observes_the_pooled_eval_accuracy_and_resumes_without_observing_ag
     assert [o["validation_accuracy"] for o in resumed.shaper.observed] == [after]
     (used,) = replay(reference, resumed.shaper.seen)  # the restored A_val shaped step 2
     torch.testing.assert_close(resumed.used_advantages[0], used, rtol=0, atol=0)
+    resumed.evaluate()  # a second evaluation at step 2, already observed: logged, not observed
+    assert len(resumed_reward.of("eval")) == 3 * 2 and len(resumed.shaper.observed) == 1
 
 
 def test_eval_pool_counts_correct_completions_over_all_batches():

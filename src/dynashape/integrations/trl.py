@@ -161,7 +161,8 @@ class ShapedGRPOTrainer(GRPOTrainer):
         self._ds_capture = False
         self._ds_fingerprints: torch.Tensor | None = None
         self._ds_eval: EvalPool | None = None  # the evaluation pass under way, for the held-out signals
-        self._ds_resumed_step: int | None = None
+        # The step of the last evaluation the shaper observed (or the step a run resumed from): one per step.
+        self._ds_observed_step: int | None = None
         # PEFT: the policy is the model with its trained adapter active; TRL's reference forward (beta != 0) runs
         # the same module with the adapters disabled (or a "ref" adapter active) and must not give fingerprints.
         unwrapped = self.accelerator.unwrap_model(self.model)
@@ -304,16 +305,18 @@ class ShapedGRPOTrainer(GRPOTrainer):
             self.shaper.observe(validation_accuracy=pool.accuracy())
         if needs.monitor_rollouts:
             self.shaper.observe(monitor=pool.monitor_batch())
+        self._ds_observed_step = self.state.global_step
         return metrics
 
     def _observes_this_evaluation(self) -> bool:
         """Whether the shaper observes the evaluation now ending: one on the evaluation schedule (step 0 with
         ``eval_on_start``, every ``eval_steps``), so that the state at every step equals an uninterrupted run's.
-        Not the one ``eval_on_start`` runs at the step a run resumed from (the restored state already holds
-        that step's observation), nor the extra one transformers runs at ``max_steps`` off the schedule (a
-        longer run would not observe it)."""
+        At most one per step: not the one ``eval_on_start`` runs at the step a run resumed from (the restored
+        state already holds that step's observation), nor a second ``evaluate()`` at a step already observed;
+        and not the extra one transformers runs at ``max_steps`` off the schedule (a longer run would not
+        observe it)."""
         step = self.state.global_step
-        if step == self._ds_resumed_step:
+        if step == self._ds_observed_step:
             return False
         if str(getattr(self.args.eval_strategy, "value", self.args.eval_strategy)) != "steps":
             return True
@@ -400,7 +403,7 @@ class ShapedGRPOTrainer(GRPOTrainer):
                 "the checkpoint folder. Train with save_on_each_node=True (or a shared filesystem) and resume again"
             )
         step = re.fullmatch(r"checkpoint-(\d+)", os.path.basename(os.path.normpath(checkpoint)))
-        self._ds_resumed_step = int(step[1]) if step else None
+        self._ds_observed_step = int(step[1]) if step else None
         if found[0]:
             self.shaper.load_state_dict(load_shaper_state(path, global_step=int(step[1]) if step else None))
             logger.info("dynashape: restored shaper state from %s", path)
