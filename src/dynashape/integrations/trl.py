@@ -23,6 +23,11 @@ subclassing). After the base method has gathered the rewards of every process, w
    TRL writes the checkpoint: world process 0, or each node's main process with ``save_on_each_node``; read
    with ``torch.load(weights_only=True)``; a resume where only some processes find the file is refused).
 
+The field's length methods get what they read (``shaper.needs``; ``_trl_signals.py``, ``_trl_keep.py``):
+budgets from a dataset column (``budget_column``, default ``num_tokens``), the validation accuracy (AALC) and a
+monitor set (LASER-D) from TRL's evaluation pass, and a filter's dropped rows (GFPO's ``Shaped.keep``) taken
+out of the loss: their completion mask zeroed, ``num_items_in_batch`` recounted, row-averaged losses rescaled.
+
 TRL options that only shape TRL's own advantages (``scale_rewards``, ``reward_weights``,
 ``multi_objective_aggregation``) are refused when set to a non-default value: the shaper owns normalisation.
 
@@ -39,6 +44,8 @@ Methods of TRL 1.16 we override or call (``tests/integrations/test_trl_engine.py
     _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
         compute_entropy=False, ...) -> (logps, entropies, aux_loss)
     _load_optimizer_and_scheduler(self, checkpoint)
+    compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None) -> loss (rescaled)
+    evaluate(self, ...) -> metrics (the held-out signals handed to the shaper after it)
 """
 
 from __future__ import annotations
@@ -54,135 +61,37 @@ import torch
 try:
     import trl
     from accelerate.utils import is_peft_model
-    from transformers import TrainerCallback
     from trl import GRPOTrainer
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError("dynashape.integrations.trl needs TRL: pip install 'dynashape[trl]'") from err
 
 from dynashape.batch import RolloutBatch
 from dynashape.integrations._prompts import prompt_key_of
+from dynashape.integrations._trl_keep import ROW_MEAN_LOSSES, check_row_mean_loss, drop_rows, kept_share
+from dynashape.integrations._trl_options import SUPPORTED_TRL, check_trl_version, check_unhonoured_options
+from dynashape.integrations._trl_signals import (
+    DEFAULT_BUDGET_COLUMN,
+    EvalPool,
+    budget_of,
+    check_budget_column,
+    check_eval_signal_options,
+)
+from dynashape.integrations._trl_state import STATE_FILE, ShaperStateCallback, load_shaper_state
 from dynashape.meds.capture import OFFICIAL_FINGERPRINT_LAYERS, FingerprintCapture
 from dynashape.meds.positions import answer_positions, answer_targets
 from dynashape.shapers import Shaped, Shaper
-from dynashape.state import StateFileError, torch_load, torch_save
 
 __all__ = [
     "STATE_FILE",
     "SUPPORTED_TRL",
     "ShapedGRPOTrainer",
     "ShaperStateCallback",
+    "check_trl_version",
     "check_unhonoured_options",
     "load_shaper_state",
 ]
 
 logger = logging.getLogger(__name__)
-
-#: TRL versions this adapter was checked against (the overridden private methods change between releases).
-SUPPORTED_TRL = ("1.16.0", "1.17.0")  # [lower, upper)
-STATE_FILE = "dynashape_shaper.pt"
-STATE_FORMAT = "dynashape-trl-shaper-state/1"
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
-
-
-def check_trl_version(version: str) -> None:
-    """Raise when `version` is outside SUPPORTED_TRL (set DYNASHAPE_TRL_UNCHECKED=1 to try anyway)."""
-    low, high = (_version_tuple(v) for v in SUPPORTED_TRL)
-    if not low <= _version_tuple(version) < high and os.environ.get("DYNASHAPE_TRL_UNCHECKED") != "1":
-        raise ImportError(
-            f"dynashape.integrations.trl supports trl>={SUPPORTED_TRL[0]},<{SUPPORTED_TRL[1]}, found {version}; "
-            "install a supported TRL or set DYNASHAPE_TRL_UNCHECKED=1 to try at your own risk"
-        )
-
-
-class ShaperStateCallback(TrainerCallback):
-    """Writes the shaper state into each TRL checkpoint folder (``checkpoint-N/dynashape_shaper.pt``).
-
-    Written by the processes that write the rest of the checkpoint: ``args.should_save`` (world process 0, or
-    the main process of every node with ``save_on_each_node=True``, for nodes without a shared filesystem). The
-    shaper runs on the gathered batch, so its state is the same on every process and any copy is the state.
-    """
-
-    def __init__(self, shaper: Shaper) -> None:
-        self.shaper = shaper
-
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not args.should_save:
-            return
-        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        payload = {
-            "format": STATE_FORMAT,
-            "global_step": int(state.global_step),
-            "run": {"run_name": str(getattr(args, "run_name", None) or ""), "output_dir": str(args.output_dir)},
-            "shaper": dict(self.shaper.state_dict()),
-        }
-        torch_save(os.path.join(folder, STATE_FILE), payload)  # atomic, fsynced
-
-
-def load_shaper_state(path: str, *, global_step: int | None = None) -> dict[str, Any]:
-    """The shaper state in ``path``, read with ``torch.load(weights_only=True)``: plain values and tensors only.
-
-    The file records the step it was written at and the run (``run_name``, ``output_dir``); with
-    ``global_step`` (the checkpoint being resumed) a state of another step is refused. A file of the earlier
-    layout (the shaper state alone) is read as it is.
-
-    Raises:
-        StateFileError: (a ValueError) when the file is empty, truncated, holds anything else (a pickled
-            object could run code on load: refused, never run) or was written at another step; the message
-            names the file.
-    """
-    try:
-        payload = torch_load(path, map_location="cpu", expect=dict)
-    except StateFileError as err:
-        raise StateFileError(path, f"not a dynashape shaper state (plain values and tensors): {err.problem}") from err
-    if payload.get("format") != STATE_FORMAT:
-        return payload  # the earlier layout: the shaper state itself
-    if not isinstance(payload.get("shaper"), dict) or not isinstance(payload.get("global_step"), int):
-        raise StateFileError(
-            path, f"not a dynashape shaper state: malformed payload (keys {sorted(map(str, payload))})"
-        )
-    if global_step is not None and payload["global_step"] != global_step:
-        raise StateFileError(
-            path, f"written at global step {payload['global_step']}, but TRL resumes from step {global_step}"
-        )
-    return payload["shaper"]
-
-
-# GRPOConfig options that shape TRL's own advantages. ShapedGRPOTrainer replaces those advantages with the
-# shaper's, so a non-default value would be silently ignored: refused instead (option -> accepted defaults).
-_UNHONOURED_OPTIONS: dict[str, tuple[Any, ...]] = {
-    "scale_rewards": ("group",),
-    "multi_objective_aggregation": ("sum_then_normalize",),
-}
-
-
-def check_unhonoured_options(args: Any) -> None:
-    """Raise a ValueError naming each TRL option ShapedGRPOTrainer would ignore (set to a non-default value)."""
-    if args is None:  # TRL builds a default GRPOConfig
-        return
-    problems = []
-    for name, accepted in _UNHONOURED_OPTIONS.items():
-        value = getattr(args, name, accepted[0])
-        if value not in accepted:
-            problems.append(f"{name}={value!r} (leave it at {accepted[0]!r})")
-    weights = getattr(args, "reward_weights", None)
-    if weights is not None and any(float(w) != 1.0 for w in weights):
-        problems.append(
-            f"reward_weights={list(weights)!r} (leave it None; the verdict comes from correctness_reward and other "
-            "rewards enter as reward_channels)"
-        )
-    if problems:
-        raise ValueError(
-            "ShapedGRPOTrainer: the shaper computes the advantages, so these GRPOConfig options would be ignored: "
-            + "; ".join(problems)
-            + ". Normalisation is the shaper's own setting (e.g. get_shaper('lead', whiten='sequence'))."
-        )
 
 
 class ShapedGRPOTrainer(GRPOTrainer):
@@ -198,7 +107,16 @@ class ShapedGRPOTrainer(GRPOTrainer):
             fingerprints (``shaper.needs``: meds, lead_meds). Prompt keys are also passed to a shaper that
             declares it reads them.
         fingerprint_layers, fingerprint_diff, fingerprint_norm: The fingerprint's settings (MEDS, arXiv 2604.11297).
+        budget_column: The train dataset column holding each prompt's token budget, for a shaper that reads
+            budgets (L1: ``shaper.needs.budgets``); default ``"num_tokens"``; a dotted name reads into a dict
+            column (``"reward_model.num_tokens"``). Refused for a shaper that reads none.
         *args, **kwargs: Everything ``GRPOTrainer`` takes.
+
+    The field's held-out signals come from TRL's evaluation pass: after each evaluation a shaper that reads the
+    validation accuracy (AALC) observes the pooled share of correct eval completions, and one that reads a
+    monitor set (LASER-D) observes the eval completions as its monitor batch. Only evaluations on the schedule
+    are observed: not the one ``eval_on_start`` repeats at the step a run resumed from, nor the extra one at
+    ``max_steps`` (so a resumed run's shaper state equals an uninterrupted run's).
     """
 
     def __init__(
@@ -212,13 +130,22 @@ class ShapedGRPOTrainer(GRPOTrainer):
         fingerprint_layers: int = OFFICIAL_FINGERPRINT_LAYERS,
         fingerprint_diff: bool = False,
         fingerprint_norm: str = "raw",
+        budget_column: str | None = None,
         **kwargs: Any,
     ) -> None:
         check_trl_version(trl.__version__)
         if not isinstance(shaper, Shaper):
             raise TypeError(f"shaper: expected a dynashape Shaper (get_shaper(...)), got {type(shaper).__name__}")
-        # GRPOTrainer(model, reward_funcs, args, ...): checked before the model is loaded.
-        check_unhonoured_options(kwargs["args"] if "args" in kwargs else (args[2] if len(args) > 2 else None))
+        # GRPOTrainer(model, reward_funcs, args, train_dataset, eval_dataset, ...): checked before the model loads.
+        given = dict(zip(("model", "reward_funcs", "args", "train_dataset", "eval_dataset"), args, strict=False))
+        given.update(kwargs)
+        check_unhonoured_options(given.get("args"))
+        check_eval_signal_options(shaper, given.get("args"), given.get("eval_dataset"))
+        if budget_column is not None and not shaper.needs.budgets:
+            raise ValueError(f"budget_column={budget_column!r}: shaper {shaper.name!r} reads no budgets")
+        self.budget_column = (budget_column or DEFAULT_BUDGET_COLUMN) if shaper.needs.budgets else None
+        if self.budget_column is not None:
+            check_budget_column(given.get("train_dataset"), self.budget_column)
         super().__init__(*args, **kwargs)
         self.shaper = shaper
         self.correctness_index = self._reward_index("correctness_reward", correctness_reward)
@@ -233,6 +160,9 @@ class ShapedGRPOTrainer(GRPOTrainer):
         self._ds_local: dict[str, Any] = {}
         self._ds_capture = False
         self._ds_fingerprints: torch.Tensor | None = None
+        self._ds_eval: EvalPool | None = None  # the evaluation pass under way, for the held-out signals
+        # The step of the last evaluation the shaper observed (or the step a run resumed from): one per step.
+        self._ds_observed_step: int | None = None
         # PEFT: the policy is the model with its trained adapter active; TRL's reference forward (beta != 0) runs
         # the same module with the adapters disabled (or a "ref" adapter active) and must not give fingerprints.
         unwrapped = self.accelerator.unwrap_model(self.model)
@@ -254,6 +184,9 @@ class ShapedGRPOTrainer(GRPOTrainer):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._ds_rewards = rewards
         self._ds_local = {"prompts": list(prompts), "lengths": [len(ids) for ids in completion_ids_list]}
+        if self.budget_column is not None and self.model.training:
+            # inputs[i] is the dataset row of completion i (TRL repeats each row num_generations times).
+            self._ds_local["budgets"] = [budget_of(row, self.budget_column) for row in inputs]
         return rewards
 
     def _get_per_token_logps_and_entropies(
@@ -321,6 +254,9 @@ class ShapedGRPOTrainer(GRPOTrainer):
         try:
             output = super()._generate_and_score_completions(inputs)
             if mode != "train":  # evaluation must not advance the shaper's state
+                if self._ds_eval is not None:
+                    basics = self._gathered_basics(self.num_generations_eval)
+                    self._ds_eval.add(basics.correct, basics.lengths, self.num_generations_eval)
                 return output
             if self._ds_rewards is None:
                 raise RuntimeError("ShapedGRPOTrainer: TRL did not call _calculate_rewards; unsupported TRL version")
@@ -332,8 +268,60 @@ class ShapedGRPOTrainer(GRPOTrainer):
         n_local = output["completion_ids"].size(0)
         start = self.accelerator.process_index * n_local
         output["advantages"] = shaped.advantages[start : start + n_local].to(output["advantages"].device)
+        if shaped.keep is not None:
+            check_row_mean_loss(
+                self.loss_type, entropy_bonus=self._entropy_bonus_enabled, aux_loss=self.aux_loss_enabled
+            )
+            drop_rows(output, shaped.keep[start : start + n_local], self.accelerator.gather)
         self._log_shaped(shaped, mode)
         return output
+
+    def compute_loss(
+        self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
+        loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        factor = kept_share(inputs) if self.loss_type in ROW_MEAN_LOSSES else None
+        # TRL averaged over every row of the micro-batch, dropped ones (all-zero masks) included.
+        return loss if factor is None else loss * factor
+
+    # -- evaluation: the held-out signals -------------------------------------------------------------------
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        needs = self.shaper.needs
+        if not (needs.validation_accuracy or needs.monitor_rollouts):
+            return super().evaluate(*args, **kwargs)
+        self._ds_eval = EvalPool()
+        try:
+            metrics = super().evaluate(*args, **kwargs)
+            pool = self._ds_eval
+        finally:
+            self._ds_eval = None
+        if not len(pool):
+            raise RuntimeError("ShapedGRPOTrainer: the evaluation pass scored no completions")
+        if not self._observes_this_evaluation():
+            logger.info("dynashape: evaluation at step %d not observed (off schedule)", self.state.global_step)
+            return metrics
+        if needs.validation_accuracy:
+            self.shaper.observe(validation_accuracy=pool.accuracy())
+        if needs.monitor_rollouts:
+            self.shaper.observe(monitor=pool.monitor_batch())
+        self._ds_observed_step = self.state.global_step
+        return metrics
+
+    def _observes_this_evaluation(self) -> bool:
+        """Whether the shaper observes the evaluation now ending: one on the evaluation schedule (step 0 with
+        ``eval_on_start``, every ``eval_steps``), so that the state at every step equals an uninterrupted run's.
+        At most one per step: not the one ``eval_on_start`` runs at the step a run resumed from (the restored
+        state already holds that step's observation), nor a second ``evaluate()`` at a step already observed;
+        and not the extra one transformers runs at ``max_steps`` off the schedule (a longer run would not
+        observe it)."""
+        step = self.state.global_step
+        if step == self._ds_observed_step:
+            return False
+        if str(getattr(self.args.eval_strategy, "value", self.args.eval_strategy)) != "steps":
+            return True
+        every = self.state.eval_steps or self.args.eval_steps
+        return step % int(every) == 0
 
     def _fingerprint_forward(self, output: dict[str, Any]) -> None:
         """One no-grad policy forward for the fingerprints when TRL ran no old-log-prob forward."""
@@ -344,8 +332,9 @@ class ShapedGRPOTrainer(GRPOTrainer):
                 self.model, ids, mask, output["completion_ids"].size(1), self.args.per_device_train_batch_size
             )
 
-    def _shape(self, output: dict[str, Any]) -> Shaped:
-        from accelerate.utils import gather, gather_object
+    def _gathered_basics(self, num_generations: int) -> RolloutBatch:
+        """Verdicts, lengths and groups of the whole generation batch, every process's rows in process order."""
+        from accelerate.utils import gather
 
         device = self.accelerator.device
         rewards = self._ds_rewards
@@ -355,20 +344,32 @@ class ShapedGRPOTrainer(GRPOTrainer):
         lengths = gather(torch.tensor(self._ds_local["lengths"], dtype=torch.long, device=device))
         if lengths.shape[0] != n:
             raise RuntimeError(f"gathered {lengths.shape[0]} completion lengths for {n} rewards")
-        group_ids = torch.arange(n, device=device) // self.num_generations
+        group_ids = torch.arange(n, device=device) // num_generations
+        return RolloutBatch(group_ids=group_ids, correct=correct.to(device), lengths=lengths)
+
+    def _shape(self, output: dict[str, Any]) -> Shaped:
+        from accelerate.utils import gather, gather_object
+
+        device = self.accelerator.device
+        basics = self._gathered_basics(self.num_generations)
+        rewards = self._ds_rewards
         channels = rewards[:, self.reward_channel_indices] if self.reward_channel_indices else None
+        budgets = None
+        if self.budget_column is not None:
+            budgets = gather(torch.tensor(self._ds_local["budgets"], dtype=torch.long, device=device))
         keys, prints = None, None
         if self.prompt_keys:
             keys = [prompt_key_of(p) for p in gather_object(self._ds_local["prompts"])]
         if self.fingerprints:
             prints = gather(self._ds_fingerprints.to(device).float())
         batch = RolloutBatch(
-            group_ids=group_ids,
-            correct=correct.to(device),
-            lengths=lengths,
+            group_ids=basics.group_ids,
+            correct=basics.correct,
+            lengths=basics.lengths,
             rewards=None if channels is None else channels.to(device).float(),
             prompt_keys=keys,
             fingerprints=prints,
+            budgets=budgets,
         )
         with torch.no_grad():
             shaped = self.shaper(batch)
@@ -401,8 +402,9 @@ class ShapedGRPOTrainer(GRPOTrainer):
                 f"dynashape: {path} exists on some processes but not on processes {missing}; the nodes do not share "
                 "the checkpoint folder. Train with save_on_each_node=True (or a shared filesystem) and resume again"
             )
+        step = re.fullmatch(r"checkpoint-(\d+)", os.path.basename(os.path.normpath(checkpoint)))
+        self._ds_observed_step = int(step[1]) if step else None
         if found[0]:
-            step = re.fullmatch(r"checkpoint-(\d+)", os.path.basename(os.path.normpath(checkpoint)))
             self.shaper.load_state_dict(load_shaper_state(path, global_step=int(step[1]) if step else None))
             logger.info("dynashape: restored shaper state from %s", path)
         else:
