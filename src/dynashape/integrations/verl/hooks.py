@@ -62,6 +62,7 @@ __all__ = [
     "patch_trainer_class",
     "save_shaper_state",
     "validation_accuracy",
+    "wrap_validate",
 ]
 
 logger = logging.getLogger(__name__)
@@ -168,7 +169,7 @@ def observe_validation(trainer: Any, metrics: Mapping[str, Any]) -> dict[str, fl
                 "trainer mode collects: set trainer.use_v1=true trainer.v1.trainer_mode=dynashape"
             )
         signals["monitor"] = monitor
-        logged["dynashape/monitor_rows"] = float(monitor.size)
+        logged["dynashape/monitor_rows"] = float(monitor.lengths.shape[0])
     session.shaper.observe(**signals)
     session.observed_step = step
     if session.saved_step == step:
@@ -217,6 +218,18 @@ def _config_arg(args: tuple, kwargs: dict) -> Any:
     return kwargs["config"] if "config" in kwargs else (args[0] if args else None)
 
 
+def wrap_validate(validate: Callable[..., Any]) -> Callable[..., Any]:
+    """verl's ``_validate(self) -> metrics`` followed by :func:`observe_validation` (its metrics are added)."""
+
+    @functools.wraps(validate)
+    def _validate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        metrics = validate(self, *args, **kwargs)
+        logged = observe_validation(self, metrics or {})
+        return {**metrics, **logged} if logged and isinstance(metrics, dict) else metrics
+
+    return _validate
+
+
 def patch_trainer_class(cls: type) -> None:
     """Wrap ``cls.__init__``, ``_save_checkpoint``, ``_load_checkpoint`` and ``_validate`` once (idempotent)."""
     if cls.__dict__.get(_MARK, False):
@@ -241,16 +254,10 @@ def patch_trainer_class(cls: type) -> None:
         load_shaper_state(self)
         return result
 
-    @functools.wraps(validate)
-    def _validate(self: Any, *args: Any, **kwargs: Any) -> Any:
-        metrics = validate(self, *args, **kwargs)
-        logged = observe_validation(self, metrics or {})
-        return {**metrics, **logged} if logged and isinstance(metrics, dict) else metrics
-
     cls.__init__ = __init__
     cls._save_checkpoint = _save_checkpoint
     cls._load_checkpoint = _load_checkpoint
-    cls._validate = _validate
+    cls._validate = wrap_validate(validate)
     setattr(cls, _MARK, True)
 
 

@@ -242,27 +242,21 @@ def _trainer_class() -> type:
                 list(data["raw_prompt"]), list(data["extra_fields"]), fingerprints, padding, budgets
             )
             with provide_extras(extras):  # verl's own _compute_advantage adds the shaper's metrics (hooks.py)
-                batch = super()._compute_advantage(batch, metrics)
+                result = super()._compute_advantage(batch, metrics)
             dropped = dropped_rows(name) if needs.drops_rows else None
             if dropped is not None:
                 # GFPO: a dropped row carries no loss term, and the token mean (verl's batch_num_tokens, the sum of
                 # loss_mask) does not count its tokens
-                masks = tq.kv_batch_get(
-                    keys=batch.keys, partition_id=batch.partition_id, select_fields=["response_mask", "loss_mask"]
-                )
+                keys, partition = batch.keys, batch.partition_id
+                masks = tq.kv_batch_get(keys=keys, partition_id=partition, select_fields=["response_mask", "loss_mask"])
                 out = {
-                    key: masked_rows(masks[key], dropped.cpu())
-                    for key in ("response_mask", "loss_mask")
-                    if key in masks.keys()
+                    k: masked_rows(masks[k], dropped.cpu()) for k in ("response_mask", "loss_mask") if k in masks.keys()
                 }
-                batch = (
-                    tq.kv_batch_put(
-                        keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(out, batch_size=len(batch))
-                    )
-                    or batch
+                result = tq.kv_batch_put(
+                    keys=keys, partition_id=partition, fields=TensorDict(out, batch_size=len(batch))
                 )
                 metrics["dynashape/dropped_rows"] = float(dropped.sum())
-            return batch
+            return result
 
         def _validate(self, *args: Any, **kwargs: Any) -> Any:
             """verl's validation; for a shaper that reads a monitor set (LASER-D), its generations are read from
