@@ -462,3 +462,22 @@ def test_signal_keys_only_for_a_shaper_that_reads_the_signal():
         parse_settings("laser", {"laser": {"validation_metric": "first"}})
     with pytest.raises(ValueError, match=r"algorithm.l1_max.budget_key: must be a non-empty key string"):
         parse_settings("l1_max", {"l1_max": {"budget_key": "a..b"}})
+
+
+def test_contract_verl_validation_clears_val_rows_and_saves_before_validating():
+    """What the plugin relies on in verl 0.9.1's v1 trainer: ``_validate`` reads each validation batch's rows from
+    TransferQueue partition "val" and then clears them with ``tq.kv_clear`` (where LASER-D's monitor reads them),
+    ``uid``, ``rm_scores`` and ``extra_fields`` among its fields; the agent loop stores ``response_mask`` and
+    ``loss_mask`` per trajectory; ``fit`` saves a step's checkpoint before validating it (why the state file is
+    rewritten after the validation)."""
+    import inspect
+
+    from verl.trainer.ppo.v1 import agent_loop_tq
+
+    validate = inspect.getsource(PPOTrainer._validate)
+    assert 'partition_id="val"' in validate
+    assert "tq.kv_clear(keys=batch.keys, partition_id=batch.partition_id)" in validate
+    assert '"uid", "rm_scores"' in validate and '"extra_fields"' in validate
+    assert 'field["loss_mask"] = field["response_mask"]' in inspect.getsource(agent_loop_tq)
+    fit = inspect.getsource(PPOTrainer.fit)
+    assert fit.index("self._save_checkpoint()") < fit.rindex("self._validate()")

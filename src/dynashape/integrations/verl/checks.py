@@ -15,6 +15,12 @@ What is checked when ``algorithm.adv_estimator`` is one of ours:
   for a function of yours that returns it), which reaches the estimator through the ``dynashape`` trainer mode
   or verl's legacy trainer only.
 * Multi-turn rollouts (``actor_rollout_ref.rollout.multi_turn.enable``) are refused for every estimator of ours.
+* The field's signals, each from the shaper's declaration (``Shaper.needs``): budgets (L1) need the ``dynashape``
+  trainer mode or verl's legacy trainer; the validation accuracy (AALC) needs ``trainer.test_freq > 0``; the
+  monitor set (LASER-D) is verl's validation, so it needs the ``dynashape`` trainer mode, ``trainer.test_freq``
+  equal to ``refresh_every``, ``trainer.val_before_train=true`` and validation sampling as in training
+  (``val_kwargs.do_sample=true``, ``val_kwargs.n`` = ``rollout.n``, the same temperature); dropped rows (GFPO)
+  need the ``dynashape`` trainer mode, which masks them out of the loss.
 * Fingerprints, for every shaper that declares it reads them (``Shaper.needs``: ``meds``, ``lead_meds``), are
   taken inside verl's FSDP actor during the old-log-prob forward.
   They need: the ``dynashape`` trainer mode on verl's v1 trainer; ``actor_rollout_ref.actor.strategy`` ``fsdp``

@@ -22,6 +22,11 @@ Rows that are not rollouts never reach the shaper: verl's synthetic padding rows
 ``upsample_batch_to_divisible_size``, handed over by the trainer mode) and any row whose response mask is empty.
 They get advantage 0 and leave no trace in the shaper's state or metrics.
 
+For the field's methods: a shaper that reads budgets (L1) gets them as ``EstimatorExtras.budgets`` (read from the
+dataset by the trainer mode or the legacy trainer's hook; without them the call fails), and one that drops rows
+(GFPO, ``Shaped.keep``) runs only when the caller masks them out of the loss (``EstimatorExtras.drops_rows``,
+reading :func:`dropped_rows` after the call).
+
 The shaper lives in the driver process (estimators run there), so LEAD's EMA and the MEDS memory persist across
 steps; :mod:`dynashape.integrations.verl.hooks` writes it with every verl checkpoint and restores it on resume.
 Per-sample extras that verl does not pass to estimators (stable prompt keys, MEDS fingerprints, the verifier's

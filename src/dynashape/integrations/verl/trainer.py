@@ -13,6 +13,11 @@ Select it with ``trainer.use_v1=true trainer.v1.trainer_mode=dynashape``. It beh
   declares it reads them (``meds``, ``lead_meds``), the fingerprints computed by the patched FSDP forward during the
   old-log-prob pass
   (:mod:`dynashape.integrations.verl.fingerprint`);
+* for the field's methods (``Shaper.needs``): each row's token budget from the dataset field
+  ``algorithm.<name>.budget_key`` (L1); after the advantages, ``response_mask`` and ``loss_mask`` set to 0 on the
+  rows a filter drops (GFPO), so they carry no loss term and no token of the token mean; and, during verl's
+  validation, its generations read from TransferQueue before verl clears them, handed to LASER-D as its monitor
+  set by the plugin's ``_validate`` hook (:func:`dynashape.integrations.verl.hooks.observe_validation`);
 * (like every v1 trainer mode, through :mod:`dynashape.integrations.verl.hooks`) logs the shaper's metrics
   (``lead/lambda_c``, ``meds/penalty_mean``, ...) with verl's step metrics.
 
@@ -23,6 +28,7 @@ verl 0.9.1 methods overridden (signatures as in ``verl/trainer/ppo/v1/trainer_ba
     __init__(self, config: DictConfig)
     _compute_old_log_prob(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta
     _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta
+    _validate(self) -> dict[str, float]   (reads ``tq.kv_clear(keys=, partition_id="val")`` calls inside it)
 This module imports verl's v1 trainer (Ray, TransferQueue): the plugin imports it only once verl has.
 """
 
