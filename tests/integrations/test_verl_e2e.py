@@ -119,8 +119,9 @@ CASES = [
         prompts=3,
         mini_batch=2,
     ),
-    # a field method with a learned state: A-DLP's lambda, updated from every step's batch accuracy
-    Case("adlp_dynashape", "adlp", "dynashape", 1, {"lambda0": 0.01, "eta": 0.05}),
+    # a field method with a learned state: A-DLP's lambda, updated from every step's batch accuracy; acc_ref 0 makes
+    # it grow by eta * accuracy each step, so a lambda reset on resume would show at step 3
+    Case("adlp_dynashape", "adlp", "dynashape", 1, {"lambda0": 0.001, "eta": 0.01, "acc_ref": 0.0}),
 ]
 
 
@@ -637,10 +638,12 @@ def test_verl_main_ppo_trains_checkpoints_and_resumes(case, assets, keep_dir):
         state_payload(run_a, case, STEPS)["shaper"], state_payload(run_b, case, STEPS)["shaper"], "shaper state"
     )
     if case.estimator == "adlp":  # lambda restored from step 2 and updated by step 3 as without the interruption
+        saved = state_payload(run_a, case, CHECKPOINT_STEP)["shaper"]["controller"]
         lambdas = [state_payload(run, case, STEPS)["shaper"]["controller"]["lambda"] for run in (run_a, run_b)]
         assert lambdas[1] == lambdas[0], lambdas
-        assert state_payload(run_a, case, CHECKPOINT_STEP)["shaper"]["controller"]["n_updates"] == CHECKPOINT_STEP
-        assert lambdas[0] != case.section["lambda0"], "lambda never moved: the check would be empty"
+        assert saved["n_updates"] == CHECKPOINT_STEP
+        # it grew before the checkpoint and again after it: a fresh lambda at resume would end lower
+        assert case.section["lambda0"] < saved["lambda"] < lambdas[0], (saved, lambdas)
     logged_a, logged_b = ours(metrics_a[STEPS], case), ours(metrics_b[STEPS], case)
     assert logged_a.keys() == logged_b.keys()
     for key, value in logged_a.items():
