@@ -56,10 +56,12 @@ class Meta:
 @pytest.fixture
 def store(monkeypatch):
     """An in-memory TransferQueue: one TensorDict per partition; kv_clear records what it cleared."""
-    box: dict = {"cleared": []}
+    box: dict = {"cleared": [], "val_keys": []}
 
     def get(keys, partition_id, select_fields):
         td = box[partition_id]
+        if partition_id == "val" and list(keys) != box["val_keys"]:  # as TransferQueue: tag-only keys hold no fields
+            raise ValueError("Some fields are not ready in all the requested keys!")
         return td.select(*[f for f in select_fields if f in td.keys()])
 
     def put(keys, partition_id, fields):
@@ -351,17 +353,25 @@ def test_laser_d_gets_the_validation_rows(make_trainer, store, monkeypatch, tmp_
         rows_td(["v3", "v3", "v3"], [2, 9, 12], [True, True, True]),
     ]
 
-    def verl_validate(self):  # verl's loop: each batch generated, read for metrics, then cleared
+    class ReplayBuffer:  # verl's: sampling partition "val" clears its tag-only prompt markers
+        def sample(self, global_steps, partition_id, batch_size):
+            tq.kv_clear(keys=["prompt-uid"], partition_id=partition_id)
+            return Meta(batch_size, partition_id), {}
+
+    def verl_validate(self):  # verl's loop: each batch generated, sampled, read for metrics, then cleared
         for td in batches:
-            store["val"] = td
-            tq.kv_clear(keys=[f"v{i}" for i in range(len(td))], partition_id="val")
+            store["val"], store["val_keys"] = td, [f"k{i}" for i in range(len(td))]
+            batch, _ = self.replay_buffer.sample(global_steps=0, partition_id="val", batch_size=len(td))
+            tq.kv_clear(keys=batch.keys, partition_id=batch.partition_id)
         return {"val-core/arith/acc/mean@3": 0.5}
 
     monkeypatch.setattr(PPOTrainer, "_validate", hooks.wrap_validate(verl_validate))
     trainer = make_trainer(config(tmp_path, "laser_d", LASER_D))
+    trainer.replay_buffer = ReplayBuffer()
     metrics = trainer._validate()
     assert metrics["dynashape/monitor_rows"] == 9.0
-    assert store["cleared"] == ["val", "val"] and tq.kv_clear.__name__ == "clear"  # verl's clear restored
+    assert store["cleared"] == ["val"] * 4 and tq.kv_clear.__name__ == "clear"  # verl's clear restored
+    assert "sample" not in vars(trainer.replay_buffer)  # and the buffer's own sample
 
     core = get_shaper("laser_d", **LASER_D)
     core.observe(
@@ -467,7 +477,8 @@ def test_signal_keys_only_for_a_shaper_that_reads_the_signal():
 
 def test_contract_verl_validation_clears_val_rows_and_saves_before_validating():
     """What the plugin relies on in verl 0.9.1's v1 trainer: ``_validate`` reads each validation batch's rows from
-    TransferQueue partition "val" and then clears them with ``tq.kv_clear`` (where LASER-D's monitor reads them),
+    TransferQueue partition "val" and then clears them with ``tq.kv_clear`` (where LASER-D's monitor reads them;
+    the replay buffer's ``sample`` also clears the partition's tag-only prompt markers),
     ``uid``, ``rm_scores`` and ``extra_fields`` among its fields; the agent loop stores ``response_mask`` and
     ``loss_mask`` per trajectory; ``fit`` saves a step's checkpoint before validating it (why the state file is
     rewritten after the validation)."""
@@ -480,5 +491,9 @@ def test_contract_verl_validation_clears_val_rows_and_saves_before_validating():
     assert "tq.kv_clear(keys=batch.keys, partition_id=batch.partition_id)" in validate
     assert '"uid", "rm_scores"' in validate and '"extra_fields"' in validate
     assert 'field["loss_mask"] = field["response_mask"]' in inspect.getsource(agent_loop_tq)
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+    assert "self.replay_buffer.sample(" in validate  # the trajectories read are the batches it hands back
+    assert "tq.kv_clear(partition_id=partition_id, keys=selected_prompt_uids)" in inspect.getsource(ReplayBuffer)
     fit = inspect.getsource(PPOTrainer.fit)
     assert fit.index("self._save_checkpoint()") < fit.rindex("self._validate()")

@@ -266,23 +266,34 @@ def _trainer_class() -> type:
 
         def _validate(self, *args: Any, **kwargs: Any) -> Any:
             """verl's validation; for a shaper that reads a monitor set (LASER-D), its generations are read from
-            TransferQueue before verl clears them, for the plugin's hook to hand over (``dynashape_monitor_batch``)."""
+            TransferQueue before verl clears them, for the plugin's hook to hand over (``dynashape_monitor_batch``).
+
+            Only the trajectories of the batches the replay buffer hands ``_validate`` are read: the buffer also
+            clears partition "val" of its tag-only prompt markers, which hold no fields."""
             if self.dynashape_session is None or not shaper_needs(self.dynashape_estimator).monitor_rollouts:
                 return super()._validate(*args, **kwargs)
-            clear = tq.kv_clear
+            clear, buffer = tq.kv_clear, self.replay_buffer
+            sampled: list[list[Any]] = []
             self._dynashape_monitor_rows = []
 
+            def sample(*a: Any, **k: Any) -> Any:
+                out = type(buffer).sample(buffer, *a, **k)
+                if k.get("partition_id") == "val":
+                    sampled.append(list(out[0].keys))
+                return out
+
             def kv_clear(keys: Any = None, partition_id: Any = None, **k: Any) -> Any:
-                if partition_id == "val":
+                if partition_id == "val" and sampled and list(keys) == sampled[-1]:
                     data = tq.kv_batch_get(keys=keys, partition_id=partition_id, select_fields=list(MONITOR_FIELDS))
                     self._dynashape_monitor_rows.append(data)
                 return clear(keys=keys, partition_id=partition_id, **k)
 
-            tq.kv_clear = kv_clear
+            buffer.sample, tq.kv_clear = sample, kv_clear
             try:
                 return super()._validate(*args, **kwargs)
             finally:
                 tq.kv_clear = clear
+                del buffer.sample  # the instance attribute: the class's method again
                 self._dynashape_monitor_rows = None
 
         def dynashape_monitor_batch(self) -> RolloutBatch | None:
