@@ -227,9 +227,10 @@ def _trainer_class() -> type:
                 return super()._compute_advantage(batch, metrics)
             name, needs = self.dynashape_estimator, shaper_needs(self.dynashape_estimator)
             budget_key = self.dynashape_session.settings.budget_key
+            column = budget_key.split(".")[0]  # the dataset field holding the budgets (L1)
             fields = ["raw_prompt", "extra_fields"] + ([FINGERPRINT_FIELD] if self._dynashape_meds else [])
             if needs.budgets:
-                fields.append(budget_key.split(".")[0])
+                fields.append(column)
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
             fingerprints = None
             if self._dynashape_meds:
@@ -239,7 +240,6 @@ def _trainer_class() -> type:
                 fingerprints = fingerprints.float().cpu()
             budgets = None
             if needs.budgets:
-                column = budget_key.split(".")[0]
                 budgets = budgets_from_non_tensor(
                     {column: _values(data, column)} if column in data.keys() else {}, budget_key
                 )
