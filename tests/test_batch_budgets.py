@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from dynashape import RolloutBatch, Shaped, ShaperNeeds
+from dynashape.shapers import available_shapers, shaper_needs
 
 
 def make(**over):
@@ -39,10 +40,13 @@ def test_bad_budgets_name_the_field_and_first_bad_index(budgets, message):
         make(budgets=budgets)
 
 
-def test_needs_declare_budgets_validation_accuracy_and_monitor():
-    assert not ShaperNeeds().budgets and not ShaperNeeds().validation_accuracy and not ShaperNeeds().monitor_rollouts
-    assert ShaperNeeds(budgets=True, validation_accuracy=True, monitor_rollouts=True).budgets
-    for name in ("budgets", "validation_accuracy", "monitor_rollouts"):
+def test_needs_declare_budgets_validation_accuracy_monitor_and_dropped_rows():
+    flags = ("budgets", "validation_accuracy", "monitor_rollouts", "drops_rows")
+    assert not any(getattr(ShaperNeeds(), name) for name in flags)
+    assert all(getattr(ShaperNeeds(**dict.fromkeys(flags, True)), name) for name in flags)
+    assert shaper_needs("gfpo").drops_rows
+    assert [n for n in available_shapers() if shaper_needs(n).drops_rows] == ["gfpo"]
+    for name in flags:
         with pytest.raises(ValueError, match=f"{name} must be true or false"):
             ShaperNeeds(**{name: 1})
 

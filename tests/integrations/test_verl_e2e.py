@@ -22,11 +22,13 @@ boxed answer 0.7, so the threshold verdict and ``acc`` differ on some rows. Chec
   ``global_step_3/dynashape_<estimator>_state.pt``, and the same ``lead/``, ``meds/`` and ``dynashape/`` metrics
   in verl's own ``step:N - ...`` console lines (which carry them on every step, in every trainer mode).
 
+For ``adlp_dynashape`` (a field method), A-DLP's lambda after the resumed step 3 equals the uninterrupted one's.
+
 ``DYNASHAPE_VERL_E2E_DIR=DIR`` keeps, per case (``lead_sync``, ``lead_dynashape``, ``meds_dynashape``,
-``lead_meds_padded``), ``DIR/<case>/``: ``uninterrupted/`` and ``resumed/`` with verl's console log, its
-checkpoint folder and what each step was computed from (``record/``), and ``e2e.json`` (steps, resumed_from_step,
-the advantage and fingerprint differences, rows checked, excluded and padded, verdict disagreements), whose
-fields the test asserts.
+``lead_meds_padded``, ``adlp_dynashape``), ``DIR/<case>/``: ``uninterrupted/`` and ``resumed/`` with verl's
+console log, its checkpoint folder and what each step was computed from (``record/``), and ``e2e.json`` (steps,
+resumed_from_step, the advantage and fingerprint differences, rows checked, excluded and padded, verdict
+disagreements), whose fields the test asserts.
 """
 
 from __future__ import annotations
@@ -117,6 +119,9 @@ CASES = [
         prompts=3,
         mini_batch=2,
     ),
+    # a field method with a learned state: A-DLP's lambda, updated from every step's batch accuracy; acc_ref 0 makes
+    # it grow by eta * accuracy each step, so a lambda reset on resume would show at step 3
+    Case("adlp_dynashape", "adlp", "dynashape", 1, {"lambda0": 0.001, "eta": 0.01, "acc_ref": 0.0}),
 ]
 
 
@@ -520,7 +525,7 @@ def rows_by_content(record: dict) -> list[tuple[str, tuple[int, ...], float]]:
 
 
 #: The metric families each estimator must log (its shaper's namespaces, and the adapter's).
-METRIC_FAMILIES = {"lead": ("lead/",), "meds": ("meds/",), "lead_meds": ("lead/", "meds/")}
+METRIC_FAMILIES = {"lead": ("lead/",), "meds": ("meds/",), "lead_meds": ("lead/", "meds/"), "adlp": ("adlp/",)}
 
 
 def ours(metrics: dict[str, float], case: Case) -> dict[str, float]:
@@ -632,6 +637,13 @@ def test_verl_main_ppo_trains_checkpoints_and_resumes(case, assets, keep_dir):
     assert_same_state(
         state_payload(run_a, case, STEPS)["shaper"], state_payload(run_b, case, STEPS)["shaper"], "shaper state"
     )
+    if case.estimator == "adlp":  # lambda restored from step 2 and updated by step 3 as without the interruption
+        saved = state_payload(run_a, case, CHECKPOINT_STEP)["shaper"]["controller"]
+        lambdas = [state_payload(run, case, STEPS)["shaper"]["controller"]["lambda"] for run in (run_a, run_b)]
+        assert lambdas[1] == lambdas[0], lambdas
+        assert saved["n_updates"] == CHECKPOINT_STEP
+        # it grew before the checkpoint and again after it: a fresh lambda at resume would end lower
+        assert case.section["lambda0"] < saved["lambda"] < lambdas[0], (saved, lambdas)
     logged_a, logged_b = ours(metrics_a[STEPS], case), ours(metrics_b[STEPS], case)
     assert logged_a.keys() == logged_b.keys()
     for key, value in logged_a.items():

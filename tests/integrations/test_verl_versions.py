@@ -27,7 +27,7 @@ def test_an_untested_release_is_refused_in_one_line_naming_the_overrides_and_the
     problem = versions.version_problem(UNTESTED)
     assert "\n" not in problem
     assert problem.startswith(f"dynashape: verl {UNTESTED} is untested (tested: 0.9.1)")
-    for overridden in ("_save_checkpoint", "_load_checkpoint", "_compute_advantage", "forward_step"):
+    for overridden in ("_save_checkpoint", "_load_checkpoint", "_validate", "_compute_advantage", "forward_step"):
         assert overridden in problem
     assert problem.endswith(f"set {versions.ANY_VERSION_ENV}=1 to run it anyway")
     monkeypatch.setenv(versions.ANY_VERSION_ENV, "1")

@@ -38,12 +38,16 @@ class ShaperNeeds:
     monitor_rollouts: bool = False
     """Reads a monitor set's rollouts every few steps (LASER-D): the caller samples the monitor prompts and
     hands them with ``shaper.observe(monitor=batch)``."""
+    drops_rows: bool = False
+    """May return ``Shaped.keep`` with rows dropped (GFPO): the engine must leave a dropped row out of the loss
+    (its sum and its token count), not merely give it a zero advantage."""
     reward_channels: RewardChannels = "refused"
     """``rewards`` [N, K]: "refused" (the shaper raises when given extra channels), "optional" (read when
     given, where its config accepts them: lead declares each column's range) or "required"."""
 
     def __post_init__(self) -> None:
-        for name in ("fingerprints", "prompt_keys", "budgets", "validation_accuracy", "monitor_rollouts"):
+        flags = ("fingerprints", "prompt_keys", "budgets", "validation_accuracy", "monitor_rollouts", "drops_rows")
+        for name in flags:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.reward_channels not in REWARD_CHANNELS:

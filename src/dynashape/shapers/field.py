@@ -222,7 +222,7 @@ class GfpoShaper(ComposedShaper):
     batch's single reward column if given, else correctness."""
 
     config_cls = GfpoConfig
-    needs = ShaperNeeds(reward_channels="optional")
+    needs = ShaperNeeds(drops_rows=True, reward_channels="optional")
 
     def chain(self) -> Chain:
         return Chain(

@@ -15,6 +15,12 @@ What is checked when ``algorithm.adv_estimator`` is one of ours:
   for a function of yours that returns it), which reaches the estimator through the ``dynashape`` trainer mode
   or verl's legacy trainer only.
 * Multi-turn rollouts (``actor_rollout_ref.rollout.multi_turn.enable``) are refused for every estimator of ours.
+* The field's signals, each from the shaper's declaration (``Shaper.needs``): budgets (L1) need the ``dynashape``
+  trainer mode or verl's legacy trainer; the validation accuracy (AALC) needs ``trainer.test_freq > 0``; the
+  monitor set (LASER-D) is verl's validation, so it needs the ``dynashape`` trainer mode, ``trainer.test_freq``
+  equal to ``refresh_every``, ``trainer.val_before_train=true`` and validation sampling as in training
+  (``val_kwargs.do_sample=true``, ``val_kwargs.n`` = ``rollout.n``, the same temperature); dropped rows (GFPO)
+  need the ``dynashape`` trainer mode, which masks them out of the loss.
 * Fingerprints, for every shaper that declares it reads them (``Shaper.needs``: ``meds``, ``lead_meds``), are
   taken inside verl's FSDP actor during the old-log-prob forward.
   They need: the ``dynashape`` trainer mode on verl's v1 trainer; ``actor_rollout_ref.actor.strategy`` ``fsdp``
@@ -31,8 +37,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from dynashape.integrations.verl.estimators import estimator_names, trainer_extras
-from dynashape.integrations.verl.settings import parse_settings
-from dynashape.shapers import shaper_needs
+from dynashape.integrations.verl.settings import EstimatorSettings, parse_settings
+from dynashape.shapers import config_class, shaper_needs
 
 __all__ = ["MEDS_STRATEGIES", "VerlConfigError", "check_config", "config_problems"]
 
@@ -154,6 +160,9 @@ def config_problems(config: Any) -> list[str]:
             "which only the dynashape trainer mode provides; set trainer.use_v1=true trainer.v1.trainer_mode=dynashape"
         )
 
+    # --- the field's signals: budgets, the validation accuracy, the monitor, dropped rows ---------------------
+    problems += _signal_problems(config, name, settings, use_v1=use_v1, dynashape_mode=dynashape_mode)
+
     # --- the fingerprints (MEDS) -----------------------------------------------------------------------------
     if shaper_needs(name).fingerprints:
         strategy = str(_get(config, "actor_rollout_ref.actor.strategy", "fsdp"))
@@ -192,6 +201,73 @@ def config_problems(config: Any) -> list[str]:
         if os.environ.get(PATCH_ENV, "1") == "0":
             problems.append(
                 f"environment {PATCH_ENV}=0: the FSDP actor is left unpatched, so no fingerprints are taken; unset it"
+            )
+    return problems
+
+
+def _signal_problems(
+    config: Any, name: str, settings: EstimatorSettings | None, *, use_v1: bool, dynashape_mode: bool
+) -> list[str]:
+    """What a shaper that reads budgets, the validation accuracy or a monitor set, or drops rows, needs from verl
+    (its declaration, ``Shaper.needs``)."""
+    needs = shaper_needs(name)
+    problems: list[str] = []
+    trainer_mode = _get(config, "trainer.v1.trainer_mode", "sync")
+    mode = f"trainer.use_v1={str(use_v1).lower()} trainer.v1.trainer_mode={trainer_mode}"
+    set_mode = "set trainer.use_v1=true trainer.v1.trainer_mode=dynashape"
+    if needs.budgets and use_v1 and not dynashape_mode:
+        problems.append(
+            f"{mode}: '{name}' reads each prompt's token budget from the dataset, which verl hands over only in "
+            f"the dynashape trainer mode (or its legacy trainer, trainer.use_v1=false); {set_mode}"
+        )
+    if needs.drops_rows and not dynashape_mode:
+        problems.append(
+            f"{mode}: '{name}' drops rows from the loss (Shaped.keep), which only the dynashape trainer mode does "
+            f"(a zero advantage would still count their tokens in the token mean); {set_mode}"
+        )
+    test_freq = int(_get(config, "trainer.test_freq", -1))
+    if needs.validation_accuracy and test_freq <= 0:
+        problems.append(
+            f"trainer.test_freq={test_freq}: '{name}' reads the validation accuracy after each verl validation, "
+            "and verl validates only with trainer.test_freq > 0 (AALC's code: 10); set trainer.test_freq=10"
+        )
+    if needs.monitor_rollouts:
+        if not dynashape_mode:
+            problems.append(
+                f"{mode}: '{name}' reads the monitor set's rollouts, which the dynashape trainer mode takes from "
+                f"verl's validation generations; {set_mode}"
+            )
+        refresh = None
+        if settings is not None:
+            refresh = int(config_class(name)(**dict(settings.shaper_params)).refresh_every)
+        if refresh is not None and test_freq != refresh:
+            problems.append(
+                f"trainer.test_freq={test_freq}: '{name}' refreshes its targets from verl's validation every "
+                f"algorithm.{name}.refresh_every={refresh} steps; set trainer.test_freq={refresh}"
+            )
+        if not _truthy(_get(config, "trainer.val_before_train", True)):
+            problems.append(
+                f"trainer.val_before_train=false: '{name}' sets its first targets from the validation before "
+                "training (step 0); set trainer.val_before_train=true"
+            )
+        val = "actor_rollout_ref.rollout.val_kwargs"
+        if not _truthy(_get(config, f"{val}.do_sample", False)):
+            problems.append(
+                f"{val}.do_sample=false: '{name}' measures coverage on sampled monitor rollouts, as in training; "
+                f"set {val}.do_sample=true"
+            )
+        n_train, n_val = int(_get(config, "actor_rollout_ref.rollout.n", 1)), int(_get(config, f"{val}.n", 1))
+        if n_val != n_train:
+            problems.append(
+                f"{val}.n={n_val}: '{name}' sizes its buckets by the training group size "
+                f"(actor_rollout_ref.rollout.n={n_train}); set {val}.n={n_train}"
+            )
+        t_train = float(_get(config, "actor_rollout_ref.rollout.temperature", 1.0))
+        t_val = float(_get(config, f"{val}.temperature", 0))
+        if t_val != t_train:
+            problems.append(
+                f"{val}.temperature={t_val:g}: '{name}' reads the monitor at the training temperature "
+                f"(actor_rollout_ref.rollout.temperature={t_train:g}); set {val}.temperature={t_train:g}"
             )
     return problems
 

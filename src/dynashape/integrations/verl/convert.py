@@ -15,8 +15,10 @@ import torch
 from dynashape.batch import RolloutBatch, group_ids_from_uids
 
 __all__ = [
+    "DEFAULT_BUDGET_KEY",
     "batch_from_rows",
     "broadcast_advantages",
+    "budgets_from_non_tensor",
     "check_shapes",
     "content_order",
     "correct_from_acc",
@@ -24,6 +26,50 @@ __all__ = [
     "reordered",
     "rollout_batch_from_verl",
 ]
+
+
+#: Where L1's datasets keep each prompt's token budget (verl's extra info ``reward_model.num_tokens``).
+DEFAULT_BUDGET_KEY = "reward_model.num_tokens"
+
+
+def budgets_from_non_tensor(non_tensor: Any, key: str = DEFAULT_BUDGET_KEY) -> torch.Tensor:
+    """Each row's token budget from verl's per-row dataset fields (``non_tensor_batch``), in verl's row order.
+
+    Args:
+        non_tensor: a mapping of column name -> [bs] values (verl's ``non_tensor_batch``, or the fields the v1
+            trainer reads from TransferQueue); the first part of `key` names the column, the rest walks into
+            each row's nested dicts.
+        key: dotted path, e.g. ``reward_model.num_tokens``.
+
+    Returns:
+        LongTensor [bs] (CPU).
+
+    Raises:
+        ValueError: the column is missing, or a row lacks the key or holds something other than a non-negative
+            integer (an integral float counts: parquet may store ints as floats), naming the key, row and value.
+    """
+    column, *path = key.split(".")
+    try:
+        values = non_tensor[column]
+    except (KeyError, TypeError):
+        have = sorted(map(str, non_tensor)) if hasattr(non_tensor, "keys") else type(non_tensor).__name__
+        raise ValueError(f"budget key {key!r}: the batch has no field {column!r} (fields: {have})") from None
+    budgets = []
+    for row, value in enumerate(values):
+        for part in path:
+            if not hasattr(value, "get") or part not in value:
+                raise ValueError(f"budget key {key!r}: row {row} has no {part!r} (its value there: {value!r})")
+            value = value[part]
+        budgets.append(_budget(key, row, value))
+    return torch.tensor(budgets, dtype=torch.long)
+
+
+def _budget(key: str, row: int, value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"budget key {key!r}: row {row} holds {value!r}; expected a non-negative integer")
+    if not np.isfinite(value) or float(value) != int(value) or value < 0:
+        raise ValueError(f"budget key {key!r}: row {row} holds {value!r}; expected a non-negative integer")
+    return int(value)
 
 
 def group_ids_from_index(index: Sequence[Any] | np.ndarray, device: torch.device | None = None) -> torch.Tensor:
@@ -61,6 +107,7 @@ def batch_from_rows(
     residual_reward: bool = False,
     prompt_keys: Sequence[str] | None = None,
     fingerprints: torch.Tensor | None = None,
+    budgets: torch.Tensor | None = None,
 ) -> RolloutBatch:
     """A RolloutBatch from per-row vectors (what :func:`rollout_batch_from_verl` reduces the [bs, T] inputs to).
 
@@ -77,6 +124,7 @@ def batch_from_rows(
         residual_reward: Add rewards [n, 1] = summed score - correct (see EstimatorSettings).
         prompt_keys: Optional [bs] stable prompt ids (MEDS memory).
         fingerprints: Optional float [bs, D], NaN rows where absent (MEDS).
+        budgets: Optional LongTensor [bs], each row's token budget (L1).
     """
     bs = score.shape[0]
     if len(index) != bs:
@@ -88,12 +136,15 @@ def batch_from_rows(
     lengths = lengths.long()
     if fingerprints is not None:
         fingerprints = fingerprints.to(device)
+    if budgets is not None:
+        budgets = budgets.to(device)
     if rows is not None:
         rows_np = rows.cpu().numpy()
         score, correct, lengths = score[rows], correct[rows], lengths[rows]
         index = np.asarray(index, dtype=object)[rows_np]
         prompt_keys = None if prompt_keys is None else np.asarray(prompt_keys, dtype=object)[rows_np].tolist()
         fingerprints = None if fingerprints is None else fingerprints[rows]
+        budgets = None if budgets is None else budgets[rows]
     residual = (score.to(torch.float32) - correct.to(torch.float32))[:, None] if residual_reward else None
     return RolloutBatch(
         group_ids=group_ids_from_index(index, device),
@@ -102,6 +153,7 @@ def batch_from_rows(
         rewards=residual,
         prompt_keys=None if prompt_keys is None else [str(k) for k in prompt_keys],
         fingerprints=fingerprints,
+        budgets=budgets,
     )
 
 
@@ -116,6 +168,7 @@ def reordered(batch: RolloutBatch, order: torch.Tensor | np.ndarray) -> RolloutB
         rewards=None if batch.rewards is None else batch.rewards[order_t],
         prompt_keys=None if keys is None else keys.tolist(),
         fingerprints=None if batch.fingerprints is None else batch.fingerprints[order_t],
+        budgets=None if batch.budgets is None else batch.budgets[order_t],
     )
 
 

@@ -22,6 +22,11 @@ Rows that are not rollouts never reach the shaper: verl's synthetic padding rows
 ``upsample_batch_to_divisible_size``, handed over by the trainer mode) and any row whose response mask is empty.
 They get advantage 0 and leave no trace in the shaper's state or metrics.
 
+For the field's methods: a shaper that reads budgets (L1) gets them as ``EstimatorExtras.budgets`` (read from the
+dataset by the trainer mode or the legacy trainer's hook; without them the call fails), and one that drops rows
+(GFPO, ``Shaped.keep``) runs only when the caller masks them out of the loss (``EstimatorExtras.drops_rows``,
+reading :func:`dropped_rows` after the call).
+
 The shaper lives in the driver process (estimators run there), so LEAD's EMA and the MEDS memory persist across
 steps; :mod:`dynashape.integrations.verl.hooks` writes it with every verl checkpoint and restores it on resume.
 Per-sample extras that verl does not pass to estimators (stable prompt keys, MEDS fingerprints, the verifier's
@@ -63,6 +68,7 @@ __all__ = [
     "broadcast_advantages",
     "content_order",
     "correct_from_acc",
+    "dropped_rows",
     "estimator_names",
     "group_ids_from_index",
     "last_metrics",
@@ -120,12 +126,17 @@ class EstimatorExtras:
         fingerprints: float [bs, D] with NaN rows, or None.
         correct: Bool [bs] verifier verdicts (overrides the threshold on the summed reward), or None.
         padding: Bool [bs], True for verl's synthetic padding rows (``is_padding`` tags), or None.
+        budgets: Long [bs], each row's token budget read from the dataset (L1), or None.
+        drops_rows: True when the caller leaves the rows a filter drops (``Shaped.keep``, GFPO) out of the loss,
+            reading them from ``dropped_rows(name)`` after the call (the dynashape trainer mode does).
     """
 
     prompt_keys: Sequence[str] | None = None
     fingerprints: torch.Tensor | None = None
     correct: torch.Tensor | None = None
     padding: torch.Tensor | None = None
+    budgets: torch.Tensor | None = None
+    drops_rows: bool = False
 
 
 class _Session:
@@ -135,7 +146,12 @@ class _Session:
         self.settings = settings
         self.shaper = settings.build_shaper()
         self.last_metrics: dict[str, float] = {}
+        self.last_dropped: torch.Tensor | None = None
         self.calls = 0
+        # Validation signals (AALC, LASER-D) against verl's order "save, then validate" at one step:
+        self.saved_step: int | None = None  # the step whose state file this process wrote last
+        self.observed_step: int | None = None  # the step of the last validation handed to the shaper
+        self.restored_validated_step: int | None = None  # resumed from a state holding that step's validation
 
 
 _SESSIONS: dict[str, _Session] = {}
@@ -166,6 +182,13 @@ def last_metrics(name: str) -> dict[str, float]:
     return {} if session is None else dict(session.last_metrics)
 
 
+def dropped_rows(name: str) -> torch.Tensor | None:
+    """Bool [bs] of the rows the last call of estimator `name` dropped (``Shaped.keep`` False; rows never given
+    to the shaper, such as padding, are not counted), in verl's row order; None when it dropped none."""
+    session = _SESSIONS.get(name)
+    return None if session is None else session.last_dropped
+
+
 def pending_extras() -> EstimatorExtras | None:
     """The extras the next estimator call will see (None when nothing was handed over)."""
     return _PENDING_EXTRAS[-1] if _PENDING_EXTRAS else None
@@ -187,7 +210,7 @@ def _check_extras(extras: EstimatorExtras, bs: int) -> None:
     for field, value in (("prompt_keys", extras.prompt_keys), ("fingerprints", extras.fingerprints)):
         if value is not None and len(value) != bs:
             raise ValueError(f"extras.{field}: has {len(value)} rows but the estimator got {bs}")
-    for field, value in (("correct", extras.correct), ("padding", extras.padding)):
+    for field, value in (("correct", extras.correct), ("padding", extras.padding), ("budgets", extras.budgets)):
         if value is not None and tuple(value.shape) != (bs,):
             raise ValueError(f"extras.{field}: expected shape ({bs},), got {tuple(value.shape)}")
 
@@ -247,6 +270,19 @@ def estimate(
             f"the '{name}' advantage estimator needs {trainer_extras(name)}, which verl only passes "
             "through the dynashape trainer: set trainer.use_v1=true trainer.v1.trainer_mode=dynashape"
         )
+    needs = shaper_needs(name)
+    if needs.budgets and extras.budgets is None:
+        raise ValueError(
+            f"the '{name}' advantage estimator reads each prompt's token budget "
+            f"(algorithm.{name}.budget_key={session.settings.budget_key}), which verl passes only through the "
+            "dynashape trainer (trainer.use_v1=true trainer.v1.trainer_mode=dynashape) or its legacy trainer"
+        )
+    if needs.drops_rows and not extras.drops_rows:
+        raise ValueError(
+            f"the '{name}' advantage estimator drops rows from the loss, which only the dynashape trainer does "
+            "(a zero advantage would still count their tokens): set trainer.use_v1=true "
+            "trainer.v1.trainer_mode=dynashape"
+        )
     if len(index) != bs:
         raise ValueError(f"index: has {len(index)} uids but token_level_rewards has {bs} rows")
     correct = _verdict(name, session.settings, extras, config)
@@ -259,6 +295,7 @@ def estimate(
         keep = keep & ~extras.padding.to(device=device, dtype=torch.bool)
     kept = int(keep.sum())
     advantages = torch.zeros(bs, dtype=torch.float32, device=device)
+    session.last_dropped = None
     if kept == 0:
         session.last_metrics = {"dynashape/excluded_rows": float(bs)}
         session.calls += 1
@@ -275,6 +312,7 @@ def estimate(
             residual_reward=session.settings.residual_reward,
             prompt_keys=extras.prompt_keys,
             fingerprints=extras.fingerprints,
+            budgets=extras.budgets if needs.budgets else None,
         )
         if batch.prompt_keys is not None and shaper_needs(name).prompt_keys:
             # A memory keyed by prompt (MEDS) stores rows in the order it is given them, and that order decides
@@ -289,6 +327,10 @@ def estimate(
             advantages = values
         else:
             advantages[rows] = values
+        if shaped.keep is not None and not bool(shaped.keep.all()):
+            dropped = torch.zeros(bs, dtype=torch.bool, device=device)
+            dropped[torch.arange(bs, device=device) if rows is None else rows] = ~shaped.keep.to(device)
+            session.last_dropped = dropped
     session.last_metrics = {**shaped.metrics, "dynashape/excluded_rows": float(bs - kept)}
     session.calls += 1
     return broadcast_advantages(advantages, response_mask), shaped

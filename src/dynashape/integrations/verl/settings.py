@@ -13,10 +13,18 @@ from typing import Any
 
 import numpy as np
 
+from dynashape.integrations.verl.convert import DEFAULT_BUDGET_KEY
 from dynashape.meds.capture import OFFICIAL_FINGERPRINT_LAYERS
 from dynashape.shapers import Shaper, config_class, get_shaper, shaper_needs
 
-__all__ = ["ADAPTER_KEYS", "VERDICTS", "EstimatorSettings", "parse_settings"]
+__all__ = [
+    "ADAPTER_KEYS",
+    "DEFAULT_BUDGET_KEY",
+    "FIRST_VALIDATION_METRIC",
+    "VERDICTS",
+    "EstimatorSettings",
+    "parse_settings",
+]
 
 #: Values of algorithm.<name>.verdict (see EstimatorSettings.verdict).
 VERDICTS: tuple[str, ...] = ("auto", "acc", "threshold")
@@ -31,7 +39,12 @@ ADAPTER_KEYS: tuple[str, ...] = (
     "fingerprint_layers",
     "fingerprint_diff",
     "fingerprint_norm",
+    "budget_key",
+    "validation_metric",
 )
+
+#: algorithm.<name>.validation_metric's default: the first ``val-core/<data_source>/.../mean@N`` verl reports.
+FIRST_VALIDATION_METRIC = "first"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -64,6 +77,11 @@ class EstimatorSettings:
             ``OFFICIAL_FINGERPRINT_LAYERS``, 14).
         fingerprint_diff: Consecutive layer differences first (the paper's "diff" ablation).
         fingerprint_norm: "raw" (official) or "final" (final norm on every layer).
+        budget_key: For a shaper that reads budgets (L1): the dotted path of each row's token budget in verl's
+            per-row dataset fields (``non_tensor_batch``), default ``reward_model.num_tokens``.
+        validation_metric: For a shaper that reads the validation accuracy (AALC): the key of verl's validation
+            metrics handed to it after each validation; ``first`` (default) takes the first
+            ``val-core/<data_source>/<reward key>/mean@N`` verl reports (AALC's code reads the first metric).
     """
 
     name: str
@@ -76,6 +94,8 @@ class EstimatorSettings:
     fingerprint_layers: int = OFFICIAL_FINGERPRINT_LAYERS
     fingerprint_diff: bool = False
     fingerprint_norm: str = "raw"
+    budget_key: str = DEFAULT_BUDGET_KEY
+    validation_metric: str = FIRST_VALIDATION_METRIC
 
     def build_shaper(self) -> Shaper:
         return get_shaper(self.name, **dict(self.shaper_params))
@@ -149,6 +169,11 @@ def parse_settings(name: str, config: Any) -> EstimatorSettings:
     norm = section.pop("fingerprint_norm", "raw")
     if norm not in ("raw", "final"):
         raise ValueError(f"algorithm.{name}.fingerprint_norm: must be 'raw' or 'final', got {norm!r}")
+    needs = shaper_needs(name)
+    budget_key = _signal_key(name, section, "budget_key", DEFAULT_BUDGET_KEY, needs.budgets, "budgets")
+    metric = _signal_key(
+        name, section, "validation_metric", FIRST_VALIDATION_METRIC, needs.validation_accuracy, "validation accuracy"
+    )
     cls = config_class(name)
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(section) - fields)
@@ -173,4 +198,18 @@ def parse_settings(name: str, config: Any) -> EstimatorSettings:
         fingerprint_layers=layers,
         fingerprint_diff=diff,
         fingerprint_norm=norm,
+        budget_key=budget_key,
+        validation_metric=metric,
     )
+
+
+def _signal_key(name: str, section: dict[str, Any], key: str, default: str, needed: bool, what: str) -> str:
+    """An adapter key that only a shaper reading `what` takes (no key is accepted and ignored)."""
+    value = section.pop(key, None)
+    if value is None:
+        return default
+    if not needed:
+        raise ValueError(f"algorithm.{name}.{key}: the '{name}' shaper reads no {what}; leave it out")
+    if not isinstance(value, str) or not value or any(not part for part in value.split(".")):
+        raise ValueError(f"algorithm.{name}.{key}: must be a non-empty key string, got {value!r}")
+    return value

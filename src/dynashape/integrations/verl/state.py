@@ -10,7 +10,13 @@ File ``<root>/global_step_N/dynashape_<estimator>_state.pt`` (``root`` = ``algor
 holds plain values and tensors only and is loaded with ``torch.load(weights_only=True)``::
 
     {"format": 1, "estimator": str, "global_step": int,
-     "run": {"project_name": str, "experiment_name": str}, "shaper": <shaper.state_dict()>}
+     "run": {"project_name": str, "experiment_name": str}, "shaper": <shaper.state_dict()>,
+     "validated": bool}
+
+``validated`` says the state already holds what verl's validation at that step told the shaper (AALC's accuracy,
+LASER-D's monitor): verl saves a checkpoint *before* it validates at the same step, so the plugin rewrites the file
+after the validation; a resumed run then skips observing its validation before training again (a file written
+without the key counts as not validated).
 
 A file whose ``run`` differs from the resuming run's ``trainer.project_name`` / ``trainer.experiment_name`` is
 refused (a ``StateFileError``, a ValueError, naming the file and both runs), as is any file that is not such a
@@ -29,6 +35,7 @@ from dynashape.state import StateFileError, torch_load, torch_save
 __all__ = [
     "STATE_FORMAT",
     "load_state_file",
+    "read_state_file",
     "run_identity",
     "save_state_atomic",
     "state_file_name",
@@ -91,7 +98,15 @@ def save_state_atomic(state: Mapping[str, Any], path: str) -> None:
     torch_save(path, dict(state))
 
 
-def write_state_file(path: str, *, estimator: str, global_step: int, run: Mapping[str, str], shaper_state: Any) -> None:
+def write_state_file(
+    path: str,
+    *,
+    estimator: str,
+    global_step: int,
+    run: Mapping[str, str],
+    shaper_state: Any,
+    validated: bool = False,
+) -> None:
     """Write one state payload (see the module docstring) atomically."""
     payload = {
         "format": STATE_FORMAT,
@@ -99,12 +114,18 @@ def write_state_file(path: str, *, estimator: str, global_step: int, run: Mappin
         "global_step": int(global_step),
         "run": {str(k): str(v) for k, v in run.items()},
         "shaper": shaper_state,
+        "validated": bool(validated),
     }
     save_state_atomic(payload, path)
 
 
 def load_state_file(path: str, *, estimator: str, global_step: int, run: Mapping[str, str]) -> Any:
-    """Read a payload written by :func:`write_state_file` and return the shaper state in it.
+    """The shaper state in a payload written by :func:`write_state_file` (:func:`read_state_file`'s checks)."""
+    return read_state_file(path, estimator=estimator, global_step=global_step, run=run)["shaper"]
+
+
+def read_state_file(path: str, *, estimator: str, global_step: int, run: Mapping[str, str]) -> dict[str, Any]:
+    """Read and check a payload written by :func:`write_state_file`; returns the whole payload.
 
     Only plain values and tensors are accepted (``weights_only=True``): a file that would need arbitrary
     unpickling (code execution) is refused, never run.
@@ -137,7 +158,7 @@ def load_state_file(path: str, *, estimator: str, global_step: int, run: Mapping
     saved_step = payload.get("global_step")
     if type(saved_step) is not int or saved_step != int(global_step):
         raise StateFileError(path, f"written at global step {saved_step}, but verl resumes from step {global_step}")
-    return payload["shaper"]
+    return payload
 
 
 def _keys(value: Any) -> list[str]:

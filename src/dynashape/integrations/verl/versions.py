@@ -20,8 +20,9 @@ TESTED_VERSIONS: tuple[str, ...] = ("0.9.1",)
 ANY_VERSION_ENV = "DYNASHAPE_VERL_ANY_VERSION"
 #: What the plugin replaces inside verl, in words (named by the refusal).
 OVERRIDDEN = (
-    "PPOTrainer/RayPPOTrainer.__init__, _save_checkpoint and _load_checkpoint, PPOTrainer._compute_advantage, "
-    "the v1 trainer's _compute_old_log_prob, ray_trainer.compute_advantage and FSDPEngineWithLMHead.forward_step"
+    "PPOTrainer/RayPPOTrainer.__init__, _save_checkpoint, _load_checkpoint and _validate, "
+    "PPOTrainer._compute_advantage, the v1 trainer's _compute_old_log_prob, ray_trainer.compute_advantage and "
+    "FSDPEngineWithLMHead.forward_step"
 )
 
 
