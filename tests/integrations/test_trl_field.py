@@ -352,6 +352,14 @@ def test_gfpo_refuses_a_row_mean_loss_with_an_entropy_bonus():
     check_row_mean_loss("dapo", entropy_bonus=True, aux_loss=False)  # token-level: nothing to rescale
 
 
+def test_gfpo_with_a_row_mean_loss_and_an_entropy_bonus_is_refused_when_the_trainer_is_built(tmp_path):
+    # GFPO declares ShaperNeeds.drops_rows: the refusal comes before any step, not at the first filtered batch.
+    with pytest.raises(ValueError, match=r"loss_type='grpo' averages over rows.*entropy bonus"):
+        make_trainer(tmp_path, get_shaper("gfpo", keep=2), config={"loss_type": "grpo", "entropy_coef": 0.01})
+    trainer, _ = make_trainer(tmp_path, get_shaper("gfpo", keep=2), config={"loss_type": "dapo", "entropy_coef": 0.01})
+    assert trainer.shaper.needs.drops_rows and trainer.state.global_step == 0
+
+
 # -- every other field shaper: a few real steps, the shaper's own advantages, state across a resume --------
 
 FIELD = {

@@ -147,6 +147,10 @@ class ShapedGRPOTrainer(GRPOTrainer):
         if self.budget_column is not None:
             check_budget_column(given.get("train_dataset"), self.budget_column)
         super().__init__(*args, **kwargs)
+        if shaper.needs.drops_rows:  # a filter declared up front is refused here, not at its first batch
+            check_row_mean_loss(
+                self.loss_type, entropy_bonus=self._entropy_bonus_enabled, aux_loss=self.aux_loss_enabled
+            )
         self.shaper = shaper
         self.correctness_index = self._reward_index("correctness_reward", correctness_reward)
         self.correct_threshold = float(correct_threshold)
