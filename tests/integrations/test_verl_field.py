@@ -442,6 +442,12 @@ def test_gfpo_outside_the_trainer_mode_is_refused_at_the_call():
         ("laser_d", LASER_D, {"actor_rollout_ref__rollout__val_kwargs__n": 1}, r"val_kwargs.n=1: .*rollout.n=3"),
         (
             "laser_d",
+            {**LASER_D, "n_rollout": 8},  # the official default, where verl samples 3 per validation prompt
+            {},
+            r"val_kwargs.n=3: 'laser_d' counts coverage .*n_rollout=8 .*set actor_rollout_ref.rollout.val_kwargs.n=8",
+        ),
+        (
+            "laser_d",
             LASER_D,
             {"actor_rollout_ref__rollout__val_kwargs__temperature": 0.6},
             r"val_kwargs.temperature=0.6: .*rollout.temperature=1",

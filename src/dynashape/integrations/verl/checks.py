@@ -19,8 +19,8 @@ What is checked when ``algorithm.adv_estimator`` is one of ours:
   trainer mode or verl's legacy trainer; the validation accuracy (AALC) needs ``trainer.test_freq > 0``; the
   monitor set (LASER-D) is verl's validation, so it needs the ``dynashape`` trainer mode, ``trainer.test_freq``
   equal to ``refresh_every``, ``trainer.val_before_train=true`` and validation sampling as in training
-  (``val_kwargs.do_sample=true``, ``val_kwargs.n`` = ``rollout.n``, the same temperature); dropped rows (GFPO)
-  need the ``dynashape`` trainer mode, which masks them out of the loss.
+  (``val_kwargs.do_sample=true``, ``val_kwargs.n`` = ``rollout.n`` = the shaper's ``n_rollout``, the same
+  temperature); dropped rows (GFPO) need the ``dynashape`` trainer mode, which masks them out of the loss.
 * Fingerprints, for every shaper that declares it reads them (``Shaper.needs``: ``meds``, ``lead_meds``), are
   taken inside verl's FSDP actor during the old-log-prob forward.
   They need: the ``dynashape`` trainer mode on verl's v1 trainer; ``actor_rollout_ref.actor.strategy`` ``fsdp``
@@ -237,9 +237,10 @@ def _signal_problems(
                 f"{mode}: '{name}' reads the monitor set's rollouts, which the dynashape trainer mode takes from "
                 f"verl's validation generations; {set_mode}"
             )
-        refresh = None
+        refresh = n_rollout = None
         if settings is not None:
-            refresh = int(config_class(name)(**dict(settings.shaper_params)).refresh_every)
+            shaper_config = config_class(name)(**dict(settings.shaper_params))
+            refresh, n_rollout = int(shaper_config.refresh_every), int(shaper_config.n_rollout)
         if refresh is not None and test_freq != refresh:
             problems.append(
                 f"trainer.test_freq={test_freq}: '{name}' refreshes its targets from verl's validation every "
@@ -261,6 +262,11 @@ def _signal_problems(
             problems.append(
                 f"{val}.n={n_val}: '{name}' sizes its buckets by the training group size "
                 f"(actor_rollout_ref.rollout.n={n_train}); set {val}.n={n_train}"
+            )
+        if n_rollout is not None and n_val != n_rollout:
+            problems.append(
+                f"{val}.n={n_val}: '{name}' counts coverage in buckets sized by algorithm.{name}.n_rollout="
+                f"{n_rollout} rollouts per monitor prompt; set {val}.n={n_rollout} (or n_rollout={n_val})"
             )
         t_train = float(_get(config, "actor_rollout_ref.rollout.temperature", 1.0))
         t_val = float(_get(config, f"{val}.temperature", 0))
