@@ -1,0 +1,415 @@
+"""The field comparison's results (``dynashape results OUT`` on a folder of ``--plan field``): results-field.json in
+results.json's schema and its page, whose plan block (``<!-- plan:begin -->`` ... ``<!-- plan:end -->``) was
+committed before the first run and is kept byte for byte.
+
+Descriptive only (the plan says so): means over seeds with 95 % t-intervals, paired differences against GRPO and
+LEAD with theirs, the controllers' trajectories, L1 at its fixed budgets. No test, no verdict.
+
+The controls are not in the field folder: they are the follow-up's runs ``<controls>/runs/<regime>/grpo-seed<s>``
+and ``lead-seed<s>``, by default in the field folder's sibling ``comparison-v2`` (``--controls DIR`` names another).
+Every seed a field run finished at needs both controls, evaluated as the field runs were (the checked fields of
+config.yaml's eval section, ``evaluation_check``) and paired with them (the same evaluation seed, training seed,
+budget and base model); otherwise nothing is written.
+
+A pure function of the files the runners wrote (runs.json, comparison.json, each run's config.yaml, eval.json,
+metrics.jsonl, history.jsonl), so partial results regenerate at any time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dynashape import state
+from dynashape.study.claims import metric_value
+from dynashape.study.evaluation_check import EvaluationMismatchError, evaluation_deviations, summarize
+from dynashape.study.results import json_clean, load_runs
+from dynashape.study.stats import paired_values, t_interval
+
+__all__ = [
+    "CONTROLS",
+    "CONTROLS_DEFAULT",
+    "FIELD_MEASURES",
+    "L1_METHODS",
+    "TRAJECTORIES",
+    "ControlsError",
+    "build_field_results",
+    "measure_value",
+    "write_field_results",
+]
+
+FIELD_MEASURES: tuple[str, ...] = ("accuracy", "mean_length", "truncated_frac", "aes", "trap_pass@32")
+"""The five measures of the plan's rows and paired differences."""
+CONTROLS: tuple[str, ...] = ("grpo", "lead")
+CONTROLS_DEFAULT = "comparison-v2"
+"""The controls' folder when none is named: this sibling of the field folder (results/comparison-v2)."""
+L1_METHODS: tuple[str, ...] = ("l1_exact", "l1_max")
+AT_BUDGET_MEASURES: tuple[str, ...] = ("accuracy", "mean_length", "following_error", "truncated_frac")
+TRAJECTORIES: Mapping[str, tuple[str, ...]] = {
+    # the controller state each shaper logs to metrics.jsonl (its namespace is its registry name)
+    "adlp": ("adlp/lambda",),  # parts.weights.DualAscent: the length weight used at that step
+    "aalc": ("aalc/alpha",),  # field.aalc: alpha_t, logged once a validation accuracy is known
+    "laser_d": ("laser_d/target_low", "laser_d/target_medium", "laser_d/target_high"),  # 0: the batch's longest
+    "thinkprune": ("thinkprune/max_length",),  # parts.field_channels.ScheduledCap: the cap in force
+    "lead": ("lead/lambda_l",),  # the efficiency channel's weight (lambda_c = 1 - lambda_l)
+}
+
+RunRef = dict[str, Any]  # {"eval": eval.json, "dir": Path, "config": config.yaml or {}}
+Rows = dict[tuple[str, str], dict[int, RunRef]]
+
+
+class ControlsError(ValueError):
+    """A control run a field seed needs is missing, unfinished or not paired with the field run."""
+
+
+def measure_value(final_or_eval: Mapping[str, Any], measure: str, *, base: bool = False) -> float | None:
+    """``measure`` of one eval.json (``base``: of the base model's evaluation in it; the base's AES is 0 by
+    definition, AES being measured against it); None when undefined."""
+    ev = {"final": final_or_eval["base"], "aes": 0.0} if base else final_or_eval
+    if measure == "truncated_frac":
+        value = ev["final"].get("truncated_frac")
+        return None if value is None else float(value)
+    value = metric_value(ev, measure)
+    return None if value is None else float(value)
+
+
+def _interval_entry(values: Mapping[int, float | None]) -> dict[str, Any] | None:
+    """{mean, sd, n, interval, seeds} of the finite ``values`` (seed -> value); None when there are none."""
+    kept = {s: float(v) for s, v in sorted(values.items()) if v is not None and math.isfinite(v)}
+    if not kept:
+        return None
+    ti = t_interval(list(kept.values()))
+    sd = float(_sd(list(kept.values())))
+    return {
+        "mean": ti.estimate,
+        "sd": sd if math.isfinite(sd) else None,
+        "n": ti.n,
+        "interval": [ti.low, ti.high] if math.isfinite(ti.low) else None,
+        "seeds": list(kept),
+    }
+
+
+def _sd(values: Sequence[float]) -> float:
+    n = len(values)
+    if n < 2:
+        return math.nan
+    m = sum(values) / n
+    return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+
+
+# ------------------------------------------------------------------------------------------------ reading
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _run_ref(run_dir: Path, ev: Mapping[str, Any]) -> RunRef:
+    config = state.read_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
+    return {"eval": ev, "dir": run_dir, "config": config or {}}
+
+
+def field_rows(out: Path, records: Sequence[Mapping[str, Any]]) -> Rows:
+    """(regime, method) -> {seed: run} of the field folder's finished test-split runs."""
+    rows: Rows = {}
+    for r in records:
+        if r.get("split", "test") == "test" and r.get("eval") is not None:
+            rows.setdefault((r["regime"], r["method"]), {})[int(r["seed"])] = _run_ref(out / r["run_dir"], r["eval"])
+    return rows
+
+
+def _paired_keys(ref: RunRef) -> dict[str, Any]:
+    """What a field run and its control must share to be paired: evaluation seed, training seed and budget, and
+    the base model's hash."""
+    cfg = ref["config"]
+    return {
+        "eval.seed": (cfg.get("eval") or {}).get("seed"),
+        "train.seed": (cfg.get("train") or {}).get("seed"),
+        "train.max_new_tokens": (cfg.get("train") or {}).get("max_new_tokens"),
+        "base sha256": (ref["eval"].get("base_model") or {}).get("sha256"),
+    }
+
+
+def load_controls(controls: Path, field: Rows, expected: Mapping[str, Any] | None) -> Rows:
+    """The control runs (GRPO, LEAD) at every (regime, seed) a field run finished at, from
+    ``controls/runs/<regime>/<method>-seed<s>``.
+
+    Raises:
+        ControlsError: a needed control is missing or unfinished (no eval.json), or differs from its field run in
+            evaluation seed, training seed, budget or base model.
+        EvaluationMismatchError: a control's config.yaml evaluation differs from ``expected`` (the plan's
+            registered evaluation) in a checked field.
+    """
+    needed = sorted({(regime, seed) for (regime, _), by_seed in field.items() for seed in by_seed})
+    if needed and not controls.is_dir():
+        raise ControlsError(
+            f"the controls' folder {controls} does not exist; the field page pairs each run with the follow-up's "
+            "grpo and lead runs at its seed (default: the field folder's sibling comparison-v2; --controls DIR)"
+        )
+    rows: Rows = {}
+    missing, records = [], []
+    for regime, seed in needed:
+        for method in CONTROLS:
+            rel = f"runs/{regime}/{method}-seed{seed}"
+            path = controls / rel / "eval.json"
+            if not path.exists():
+                missing.append(rel)
+                continue
+            ev = state.read_json(path)
+            rows.setdefault((regime, method), {})[seed] = _run_ref(controls / rel, ev)
+            records.append({"run_dir": rel, "split": "test", "eval": ev})
+    if missing:
+        raise ControlsError(
+            f"{len(missing)} control runs that field seeds need are missing or unfinished in {controls} (no "
+            f"eval.json): {', '.join(missing[:6])}{', ...' if len(missing) > 6 else ''}. No page is written"
+        )
+    deviations = evaluation_deviations(controls, records, expected)
+    if deviations:
+        raise EvaluationMismatchError(
+            f"{len({d.run_dir for d in deviations})} control runs in {controls} were not evaluated as the field "
+            "runs: " + "; ".join(summarize(deviations)) + ". No page is written"
+        )
+    unpaired = []
+    for (regime, method), by_seed in rows.items():
+        for seed, ref in by_seed.items():
+            field_refs = [r[seed] for (g, _), r in field.items() if g == regime and seed in r]
+            mine = _paired_keys(ref)
+            for other in field_refs:
+                theirs = _paired_keys(other)
+                diff = [f"{k} {mine[k]} vs {theirs[k]}" for k in mine if mine[k] != theirs[k]]
+                if diff:
+                    unpaired.append(f"{regime}/{method}-seed{seed} against {other['dir'].name}: {', '.join(diff)}")
+                    break
+    if unpaired:
+        raise ControlsError(
+            f"{len(unpaired)} control runs are not paired with the field runs of their seed: "
+            + "; ".join(unpaired[:4])
+            + (" ..." if len(unpaired) > 4 else "")
+            + ". No page is written"
+        )
+    return rows
+
+
+def history(ref: RunRef) -> dict[str, Any]:
+    """``commits`` (every invocation's, ``+dirty`` marked) and ``resumes`` (the steps it resumed from)."""
+    commits: list[str] = []
+    entries = _read_jsonl(ref["dir"] / "history.jsonl")
+    for e in entries:
+        name = f"{e.get('commit')}{'+dirty' if e.get('dirty') else ''}"
+        if name not in commits:
+            commits.append(name)
+    return {"commits": commits, "resumes": [e["from_step"] for e in entries if e.get("from_step", 0) > 0]}
+
+
+# ----------------------------------------------------------------------------------------------- numbers
+def _summary(rows: Rows, sources: Mapping[tuple[str, str], str]) -> list[dict[str, Any]]:
+    out = []
+    for (regime, method), by_seed in sorted(rows.items()):
+        row: dict[str, Any] = {"regime": regime, "method": method, "source": sources[(regime, method)],
+                               "seeds": sorted(by_seed), "n": len(by_seed)}  # fmt: skip
+        for measure in FIELD_MEASURES:
+            entry = _interval_entry({s: measure_value(r["eval"], measure) for s, r in by_seed.items()})
+            if entry is not None:
+                row[measure] = entry
+        out.append(row)
+    return out
+
+
+def _base(rows: Rows) -> dict[str, dict[str, Any]]:
+    """Per regime, the base model's measures over the seeds' base evaluations (one per seed; the field runs' and
+    the controls' of one seed are the same evaluation)."""
+    per: dict[str, dict[int, Mapping[str, Any]]] = {}
+    for (regime, _), by_seed in sorted(rows.items()):
+        for seed, ref in by_seed.items():
+            per.setdefault(regime, {}).setdefault(seed, ref["eval"])
+    out = {}
+    for regime, evs in per.items():
+        out[regime] = {"seeds": sorted(evs)}
+        for measure in FIELD_MEASURES:
+            entry = _interval_entry({s: measure_value(ev, measure, base=True) for s, ev in evs.items()})
+            if entry is not None:
+                out[regime][measure] = entry
+    return out
+
+
+def _differences(field: Rows, controls: Rows) -> list[dict[str, Any]]:
+    """Each field method minus each control at the same seed, per measure: the per-seed differences and their
+    mean with its 95 % t-interval."""
+    out = []
+    for (regime, method), by_seed in sorted(field.items()):
+        for control in CONTROLS:
+            other = controls.get((regime, control), {})
+            for measure in FIELD_MEASURES:
+                diffs = paired_values(
+                    {s: measure_value(r["eval"], measure) for s, r in by_seed.items()},
+                    {s: measure_value(r["eval"], measure) for s, r in other.items()},
+                )
+                if not diffs:
+                    continue
+                ti = t_interval(list(diffs.values()))
+                out.append({
+                    "regime": regime, "method": method, "versus": control, "role": f"{control} control",
+                    "metric": measure, "estimate": ti.estimate,
+                    "interval": [ti.low, ti.high] if math.isfinite(ti.low) else None,
+                    "n": ti.n, "seeds": list(diffs), "differences": list(diffs.values()),
+                })  # fmt: skip
+    return out
+
+
+def _trajectories(rows: Rows) -> list[dict[str, Any]]:
+    """Per (regime, method, metric) of ``TRAJECTORIES``: per step, the mean over the seeds that logged it and its
+    95 % t-interval (the band; None where fewer than two seeds logged the step)."""
+    out = []
+    for (regime, method), by_seed in sorted(rows.items()):
+        for metric in TRAJECTORIES.get(method, ()):
+            per_step: dict[int, dict[int, float]] = {}
+            for seed, ref in by_seed.items():
+                for line in _read_jsonl(ref["dir"] / "metrics.jsonl"):
+                    if metric in line and "step" in line and line[metric] is not None:
+                        per_step.setdefault(int(line["step"]), {})[seed] = float(line[metric])
+            if not per_step:
+                continue
+            steps = sorted(per_step)
+            stats = [_interval_entry(per_step[s]) for s in steps]
+            out.append({
+                "regime": regime, "method": method, "metric": metric, "steps": steps,
+                "mean": [e["mean"] for e in stats],  # type: ignore[index]
+                "interval": [e["interval"] for e in stats],  # type: ignore[index]
+                "n": [e["n"] for e in stats],  # type: ignore[index]
+            })  # fmt: skip
+    return out
+
+
+def _at_budget(field: Rows) -> list[dict[str, Any]]:
+    """L1's fixed-budget evaluation (eval.json ``at_budget``): per regime, method and budget, each measure's mean
+    over seeds with its 95 % t-interval."""
+    out = []
+    for (regime, method), by_seed in sorted(field.items()):
+        if method not in L1_METHODS:
+            continue
+        budgets = sorted({b for r in by_seed.values() for b in (r["eval"].get("at_budget") or {})}, key=int)
+        for budget in budgets:
+            entry: dict[str, Any] = {"regime": regime, "method": method, "budget": int(budget)}
+            for measure in AT_BUDGET_MEASURES:
+                values = {
+                    s: (r["eval"].get("at_budget") or {}).get(budget, {}).get(measure) for s, r in by_seed.items()
+                }
+                cell = _interval_entry(values)
+                if cell is not None:
+                    entry[measure] = cell
+            out.append(entry)
+    return out
+
+
+def _run_entry(regime: str, method: str, seed: int, ref: RunRef, source: str, root: Path) -> dict[str, Any]:
+    ev = ref["eval"]
+    entry = {
+        "method": method, "regime": regime, "seed": seed, "source": source,
+        "run_dir": str(ref["dir"].relative_to(root)) if ref["dir"].is_relative_to(root) else str(ref["dir"]),
+        "final": {m: measure_value(ev, m) for m in FIELD_MEASURES},
+        "base": {m: measure_value(ev, m, base=True) for m in FIELD_MEASURES},
+        "aes": ev.get("aes"), "wall_seconds": ev.get("wall_seconds"), **history(ref),
+    }  # fmt: skip
+    if ev.get("at_budget"):
+        entry["at_budget"] = ev["at_budget"]
+    return entry
+
+
+def build_field_results(
+    out: str | Path, *, controls: str | Path | None = None, evaluation: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Everything results-field.json holds, from the field folder ``out`` and the controls' folder ``controls``
+    (None: ``out``'s sibling ``comparison-v2``); ``evaluation``: the plan's and each run's evaluation settings
+    (``pages.evaluation_record``), whose ``plan`` the controls are checked against."""
+    out = Path(out)
+    controls_dir = Path(controls) if controls is not None else out.parent / CONTROLS_DEFAULT
+    records = load_runs(out)
+    meta = state.read_json(out / "comparison.json") if (out / "comparison.json").exists() else {}
+    field = field_rows(out, records)
+    if evaluation is not None and "plan" in evaluation:
+        expected = evaluation["plan"]
+    else:  # the field plan's registered evaluation
+        from dynashape.study.compare import COMPARISON_PLAN
+        from dynashape.study.evaluation_check import registered_evaluation
+
+        expected = registered_evaluation(COMPARISON_PLAN["field"].eval)
+    control_rows = load_controls(controls_dir, field, expected)
+    both: Rows = {**field, **control_rows}
+    sources = {key: "field" for key in field} | {key: "controls" for key in control_rows}
+    roots = {"field": out, "controls": controls_dir}
+    runs = [
+        _run_entry(regime, method, seed, ref, sources[(regime, method)], roots[sources[(regime, method)]])
+        for (regime, method), by_seed in sorted(both.items())
+        for seed, ref in sorted(by_seed.items())
+    ]
+    control_commits = sorted({c for r in runs if r["source"] == "controls" for c in r["commits"]})
+    results: dict[str, Any] = {
+        "folder": str(out),
+        "command": meta.get("command"),
+        "wall_seconds": meta.get("wall_seconds"),
+        "jobs": meta.get("jobs"),
+        "run_seconds": sum(float(r["wall_seconds"] or 0.0) for r in runs if r["source"] == "field"),
+        "finished_runs": sum(len(v) for v in field.values()),
+        "planned_runs": sum(len(rows) for rows in (meta.get("rows") or {}).values()) * len(meta.get("seeds") or [])
+        or None,
+        "unfinished": sorted(r["run_dir"] for r in records if r.get("eval") is None and r.get("split") == "test"),
+        "failed": sorted(r["run_dir"] for r in records if r.get("status") == "failed"),
+        "machine": meta.get("machine"),
+        "seeds": meta.get("seeds"),
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "measures": list(FIELD_MEASURES),
+        "controls": {
+            "folder": str(controls_dir),
+            "default": controls is None,
+            "methods": list(CONTROLS),
+            "commits": control_commits,
+            "field_commits": sorted({c for r in runs if r["source"] == "field" for c in r["commits"]}),
+            "paired_on": ["eval.seed", "train.seed", "train.max_new_tokens", "base sha256"],
+        },
+        "runs": runs,
+        "base": _base(both),
+        "summary": _summary(both, sources),
+        "differences": _differences(field, control_rows),
+        "trajectories": _trajectories(both),
+        "at_budget": _at_budget(field),
+    }
+    if evaluation is not None:
+        results["evaluation"] = dict(evaluation)
+    return results
+
+
+def write_field_results(
+    out: str | Path,
+    report: str | Path,
+    *,
+    controls: str | Path | None = None,
+    evaluation: Mapping[str, Any] | None = None,
+) -> list[Path]:
+    """Write the field page ``report`` (its plan block kept verbatim), its JSON (same stem) and plots (folder of the
+    same stem); returns the paths written.
+
+    Raises:
+        ValueError: ``report`` has no plan block (``<!-- plan:begin -->`` ... ``<!-- plan:end -->``) to keep.
+        ControlsError, EvaluationMismatchError: see ``load_controls``.
+    """
+    from dynashape.study.field_page import field_markdown, kept_head
+
+    report = Path(report)
+    head = kept_head(report)  # refuses before anything is computed or written
+    results = build_field_results(out, controls=controls, evaluation=evaluation)
+    plot_dir = report.with_suffix("")
+    written: list[Path] = []
+    try:
+        from dynashape.study.field_plots import plot_field
+
+        written = plot_field(results, plot_dir)
+    except ImportError:  # matplotlib missing: tables only
+        pass
+    rel = [str(p.relative_to(report.parent)) for p in written]
+    state.write_text(report.with_suffix(".json"), json.dumps(json_clean(results), indent=1, allow_nan=False))
+    state.write_text(report, field_markdown(results, head, rel, report=str(report)))
+    return [report, report.with_suffix(".json"), *written]
