@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dynashape.study.results_plots import FONT, legend_outside, method_styles
+from dynashape.study.results_plots import FONT, MARKERS, PALETTE, legend_outside
 
 __all__ = ["CONTROL_STYLES", "plot_field"]
 
@@ -27,9 +27,18 @@ TITLES: Mapping[str, str] = {
 }
 
 
+FIELD_COLOURS = tuple(c for c in PALETTE if c not in ("#7f7f7f", "#666666", "#1b1b1b"))
+"""The shared palette without its greys and black, which mark the base and the controls here."""
+
+
 def _styles(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A colour and a marker per field method (never shared, sorted names: the same in every plot of the page),
+    the controls' and the base's own."""
     field = sorted({r["method"] for r in results["summary"] if r["source"] == "field"})
-    styles = {m: {**s, "markersize": 8} for m, s in method_styles(field).items()}
+    styles = {
+        m: {"color": FIELD_COLOURS[i % len(FIELD_COLOURS)], "marker": MARKERS[i % len(MARKERS)], "markersize": 8}
+        for i, m in enumerate(field)
+    }
     return styles | {m: dict(s) for m, s in CONTROL_STYLES.items()}
 
 
@@ -71,6 +80,8 @@ def _controllers(fig: Any, results: Mapping[str, Any], regime: str) -> bool:
     methods = [m for m in TITLES if any(t["method"] == m for t in trajs)]
     if not methods:
         return False
+    from matplotlib.ticker import MaxNLocator
+
     cols = min(3, len(methods))
     rows = -(-len(methods) // cols)
     fig.set_size_inches(13, 1.0 + 3.4 * rows)
@@ -84,6 +95,7 @@ def _controllers(fig: Any, results: Mapping[str, Any], regime: str) -> bool:
                     label=f"{t['metric'].split('/', 1)[1]} (n={n})")  # fmt: skip
             ax.fill_between(t["steps"], _band(t["interval"], 0), _band(t["interval"], 1), color=colour, alpha=0.2,
                             linewidth=0)  # fmt: skip
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(TITLES[method], fontsize=FONT)
         ax.set_xlabel("step", fontsize=FONT - 1)
         ax.tick_params(labelsize=FONT - 1)

@@ -26,17 +26,24 @@ from typing import Any
 
 from dynashape import state
 from dynashape.study.claims import metric_value
-from dynashape.study.evaluation_check import EvaluationMismatchError, evaluation_deviations, summarize
+from dynashape.study.field_runs import (
+    CONTROLS,
+    CONTROLS_DEFAULT,
+    PAIRED_ON,
+    Rows,
+    RunRef,
+    field_rows,
+    history,
+    load_controls,
+    read_jsonl,
+)
 from dynashape.study.results import json_clean, load_runs
 from dynashape.study.stats import paired_values, t_interval
 
 __all__ = [
-    "CONTROLS",
-    "CONTROLS_DEFAULT",
     "FIELD_MEASURES",
     "L1_METHODS",
     "TRAJECTORIES",
-    "ControlsError",
     "build_field_results",
     "measure_value",
     "write_field_results",
@@ -44,9 +51,6 @@ __all__ = [
 
 FIELD_MEASURES: tuple[str, ...] = ("accuracy", "mean_length", "truncated_frac", "aes", "trap_pass@32")
 """The five measures of the plan's rows and paired differences."""
-CONTROLS: tuple[str, ...] = ("grpo", "lead")
-CONTROLS_DEFAULT = "comparison-v2"
-"""The controls' folder when none is named: this sibling of the field folder (results/comparison-v2)."""
 L1_METHODS: tuple[str, ...] = ("l1_exact", "l1_max")
 AT_BUDGET_MEASURES: tuple[str, ...] = ("accuracy", "mean_length", "following_error", "truncated_frac")
 TRAJECTORIES: Mapping[str, tuple[str, ...]] = {
@@ -57,13 +61,6 @@ TRAJECTORIES: Mapping[str, tuple[str, ...]] = {
     "thinkprune": ("thinkprune/max_length",),  # parts.field_channels.ScheduledCap: the cap in force
     "lead": ("lead/lambda_l",),  # the efficiency channel's weight (lambda_c = 1 - lambda_l)
 }
-
-RunRef = dict[str, Any]  # {"eval": eval.json, "dir": Path, "config": config.yaml or {}}
-Rows = dict[tuple[str, str], dict[int, RunRef]]
-
-
-class ControlsError(ValueError):
-    """A control run a field seed needs is missing, unfinished or not paired with the field run."""
 
 
 def measure_value(final_or_eval: Mapping[str, Any], measure: str, *, base: bool = False) -> float | None:
@@ -102,109 +99,6 @@ def _sd(values: Sequence[float]) -> float:
 
 
 # ------------------------------------------------------------------------------------------------ reading
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _run_ref(run_dir: Path, ev: Mapping[str, Any]) -> RunRef:
-    config = state.read_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
-    return {"eval": ev, "dir": run_dir, "config": config or {}}
-
-
-def field_rows(out: Path, records: Sequence[Mapping[str, Any]]) -> Rows:
-    """(regime, method) -> {seed: run} of the field folder's finished test-split runs."""
-    rows: Rows = {}
-    for r in records:
-        if r.get("split", "test") == "test" and r.get("eval") is not None:
-            rows.setdefault((r["regime"], r["method"]), {})[int(r["seed"])] = _run_ref(out / r["run_dir"], r["eval"])
-    return rows
-
-
-def _paired_keys(ref: RunRef) -> dict[str, Any]:
-    """What a field run and its control must share to be paired: evaluation seed, training seed and budget, and
-    the base model's hash."""
-    cfg = ref["config"]
-    return {
-        "eval.seed": (cfg.get("eval") or {}).get("seed"),
-        "train.seed": (cfg.get("train") or {}).get("seed"),
-        "train.max_new_tokens": (cfg.get("train") or {}).get("max_new_tokens"),
-        "base sha256": (ref["eval"].get("base_model") or {}).get("sha256"),
-    }
-
-
-def load_controls(controls: Path, field: Rows, expected: Mapping[str, Any] | None) -> Rows:
-    """The control runs (GRPO, LEAD) at every (regime, seed) a field run finished at, from
-    ``controls/runs/<regime>/<method>-seed<s>``.
-
-    Raises:
-        ControlsError: a needed control is missing or unfinished (no eval.json), or differs from its field run in
-            evaluation seed, training seed, budget or base model.
-        EvaluationMismatchError: a control's config.yaml evaluation differs from ``expected`` (the plan's
-            registered evaluation) in a checked field.
-    """
-    needed = sorted({(regime, seed) for (regime, _), by_seed in field.items() for seed in by_seed})
-    if needed and not controls.is_dir():
-        raise ControlsError(
-            f"the controls' folder {controls} does not exist; the field page pairs each run with the follow-up's "
-            "grpo and lead runs at its seed (default: the field folder's sibling comparison-v2; --controls DIR)"
-        )
-    rows: Rows = {}
-    missing, records = [], []
-    for regime, seed in needed:
-        for method in CONTROLS:
-            rel = f"runs/{regime}/{method}-seed{seed}"
-            path = controls / rel / "eval.json"
-            if not path.exists():
-                missing.append(rel)
-                continue
-            ev = state.read_json(path)
-            rows.setdefault((regime, method), {})[seed] = _run_ref(controls / rel, ev)
-            records.append({"run_dir": rel, "split": "test", "eval": ev})
-    if missing:
-        raise ControlsError(
-            f"{len(missing)} control runs that field seeds need are missing or unfinished in {controls} (no "
-            f"eval.json): {', '.join(missing[:6])}{', ...' if len(missing) > 6 else ''}. No page is written"
-        )
-    deviations = evaluation_deviations(controls, records, expected)
-    if deviations:
-        raise EvaluationMismatchError(
-            f"{len({d.run_dir for d in deviations})} control runs in {controls} were not evaluated as the field "
-            "runs: " + "; ".join(summarize(deviations)) + ". No page is written"
-        )
-    unpaired = []
-    for (regime, method), by_seed in rows.items():
-        for seed, ref in by_seed.items():
-            field_refs = [r[seed] for (g, _), r in field.items() if g == regime and seed in r]
-            mine = _paired_keys(ref)
-            for other in field_refs:
-                theirs = _paired_keys(other)
-                diff = [f"{k} {mine[k]} vs {theirs[k]}" for k in mine if mine[k] != theirs[k]]
-                if diff:
-                    unpaired.append(f"{regime}/{method}-seed{seed} against {other['dir'].name}: {', '.join(diff)}")
-                    break
-    if unpaired:
-        raise ControlsError(
-            f"{len(unpaired)} control runs are not paired with the field runs of their seed: "
-            + "; ".join(unpaired[:4])
-            + (" ..." if len(unpaired) > 4 else "")
-            + ". No page is written"
-        )
-    return rows
-
-
-def history(ref: RunRef) -> dict[str, Any]:
-    """``commits`` (every invocation's, ``+dirty`` marked) and ``resumes`` (the steps it resumed from)."""
-    commits: list[str] = []
-    entries = _read_jsonl(ref["dir"] / "history.jsonl")
-    for e in entries:
-        name = f"{e.get('commit')}{'+dirty' if e.get('dirty') else ''}"
-        if name not in commits:
-            commits.append(name)
-    return {"commits": commits, "resumes": [e["from_step"] for e in entries if e.get("from_step", 0) > 0]}
-
-
 # ----------------------------------------------------------------------------------------------- numbers
 def _summary(rows: Rows, sources: Mapping[tuple[str, str], str]) -> list[dict[str, Any]]:
     out = []
@@ -268,7 +162,7 @@ def _trajectories(rows: Rows) -> list[dict[str, Any]]:
         for metric in TRAJECTORIES.get(method, ()):
             per_step: dict[int, dict[int, float]] = {}
             for seed, ref in by_seed.items():
-                for line in _read_jsonl(ref["dir"] / "metrics.jsonl"):
+                for line in read_jsonl(ref["dir"] / "metrics.jsonl"):
                     if metric in line and "step" in line and line[metric] is not None:
                         per_step.setdefault(int(line["step"]), {})[seed] = float(line[metric])
             if not per_step:
@@ -368,7 +262,7 @@ def build_field_results(
             "methods": list(CONTROLS),
             "commits": control_commits,
             "field_commits": sorted({c for r in runs if r["source"] == "field" for c in r["commits"]}),
-            "paired_on": ["eval.seed", "train.seed", "train.max_new_tokens", "base sha256"],
+            "paired_on": list(PAIRED_ON),
         },
         "runs": runs,
         "base": _base(both),
