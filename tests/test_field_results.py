@@ -161,6 +161,7 @@ def test_the_paired_difference_and_its_t_interval_are_the_hand_worked_ones(folde
     # the rows: mean over seeds with its t-interval; the base beside them, its AES 0 by definition
     (row,) = [r for r in data["summary"] if (r["regime"], r["method"]) == ("tight", "lead")]
     assert row["source"] == "controls" and row["accuracy"]["mean"] == pytest.approx(0.70 + 0.02 / 3)
+    assert row["base"] == pytest.approx({"accuracy": 0.5, "mean_length": 68.0})
     assert row["mean_length"]["interval"] == pytest.approx(
         [59.0 - T_975_2 / math.sqrt(3), 59.0 + T_975_2 / math.sqrt(3)]
     )
@@ -285,6 +286,18 @@ def test_trajectories_at_budget_failures_and_resumes(folders, no_plots):
     text = page.read_text()
     assert "| tight | l1_exact | 13 | 3 |" in text and "runs/tight/saw-seed5" in text
     assert "Partial results: 18 of the 30 planned field runs so far." in text
+
+
+def test_before_any_run_the_page_keeps_its_plan_and_says_so(folders, no_plots):
+    field, controls, page = folders
+    (field / "runs.json").write_text("[]")
+    controls.rename(controls.with_name("not-yet"))
+    write_page(field, page)  # no field seed, so no control is needed yet
+    text = page.read_text()
+    assert _head(text.encode()) == _head((REPO / "docs" / "results-field.md").read_bytes())
+    assert "Partial results: 0 of the 30 planned field runs so far." in text
+    assert "No L1 run has finished its fixed-budget evaluation yet." in text
+    assert json.loads(page.with_suffix(".json").read_text())["differences"] == []
 
 
 def test_controls_are_refused_for_another_plan(tmp_path):

@@ -101,6 +101,8 @@ def _sd(values: Sequence[float]) -> float:
 # ------------------------------------------------------------------------------------------------ reading
 # ----------------------------------------------------------------------------------------------- numbers
 def _summary(rows: Rows, sources: Mapping[tuple[str, str], str]) -> list[dict[str, Any]]:
+    """Per (regime, method): each measure's mean over seeds with its t-interval, and (as results.json's rows) the
+    base's mean accuracy and length over the row's seeds."""
     out = []
     for (regime, method), by_seed in sorted(rows.items()):
         row: dict[str, Any] = {"regime": regime, "method": method, "source": sources[(regime, method)],
@@ -109,6 +111,10 @@ def _summary(rows: Rows, sources: Mapping[tuple[str, str], str]) -> list[dict[st
             entry = _interval_entry({s: measure_value(r["eval"], measure) for s, r in by_seed.items()})
             if entry is not None:
                 row[measure] = entry
+        row["base"] = {
+            m: sum(measure_value(r["eval"], m, base=True) or 0.0 for r in by_seed.values()) / len(by_seed)
+            for m in ("accuracy", "mean_length")
+        }
         out.append(row)
     return out
 
@@ -260,6 +266,7 @@ def build_field_results(
             "folder": str(controls_dir),
             "default": controls is None,
             "methods": list(CONTROLS),
+            "roles": {regime: {f"{c} control": c for c in CONTROLS} for regime in sorted({r for r, _ in field})},
             "commits": control_commits,
             "field_commits": sorted({c for r in runs if r["source"] == "field" for c in r["commits"]}),
             "paired_on": list(PAIRED_ON),
