@@ -41,6 +41,7 @@ def _evaluation(acc: float, length: float, trap_correct: tuple[int, int], trunca
         "accuracy": acc,
         "mean_length": length,
         "truncated_frac": truncated,
+        "truncated_at_budget": 2 * truncated,
         "n_samples": 16,
         "per_difficulty": {"1": {"accuracy": acc, "mean_length": length}},
         # pass@32 of 64 samples: 0 correct -> 0, 33 or more -> 1 (C(31, 32) = 0)
@@ -162,6 +163,7 @@ def test_the_paired_difference_and_its_t_interval_are_the_hand_worked_ones(folde
     (row,) = [r for r in data["summary"] if (r["regime"], r["method"]) == ("tight", "lead")]
     assert row["source"] == "controls" and row["accuracy"]["mean"] == pytest.approx(0.70 + 0.02 / 3)
     assert row["base"] == pytest.approx({"accuracy": 0.5, "mean_length": 68.0})
+    assert row["truncated_frac"]["mean"] == pytest.approx(0.01) and row["truncated_at_budget"]["mean"] == 0.02
     assert row["mean_length"]["interval"] == pytest.approx(
         [59.0 - T_975_2 / math.sqrt(3), 59.0 + T_975_2 / math.sqrt(3)]
     )

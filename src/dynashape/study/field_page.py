@@ -19,6 +19,7 @@ NAMES: Mapping[str, tuple[str, int]] = {  # measure -> (column name, digits)
     "truncated_frac": ("truncated", 3),
     "aes": ("AES", 2),
     "trap_pass@32": ("trap pass@32", 3),
+    "truncated_at_budget": ("longer than B", 3),
     "following_error": ("following error", 3),
 }
 
@@ -84,9 +85,11 @@ def _regimes(results: Mapping[str, Any]) -> list[str]:
 
 
 def _row_lines(results: Mapping[str, Any], regime: str) -> list[str]:
-    measures = results["measures"]
+    measures = results["row_measures"]
     lines = [
         f"### {regime}: mean over seeds [95 % t-interval]",
+        "",
+        "Truncated: cut at the evaluation's cap (256 tokens); longer than B: longer than the regime's training budget.",
         "",
         "| method | seeds | " + " | ".join(NAMES[m][0] for m in measures) + " |",
         "|---|---|" + "---|" * len(measures),

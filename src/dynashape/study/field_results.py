@@ -43,6 +43,7 @@ from dynashape.study.stats import paired_values, t_interval
 __all__ = [
     "FIELD_MEASURES",
     "L1_METHODS",
+    "ROW_MEASURES",
     "TRAJECTORIES",
     "build_field_results",
     "measure_value",
@@ -50,7 +51,10 @@ __all__ = [
 ]
 
 FIELD_MEASURES: tuple[str, ...] = ("accuracy", "mean_length", "truncated_frac", "aes", "trap_pass@32")
-"""The five measures of the plan's rows and paired differences."""
+"""The five measures of the plan's rows and paired differences (``truncated_frac``: cut at the evaluation's cap)."""
+ROW_MEASURES: tuple[str, ...] = (*FIELD_MEASURES, "truncated_at_budget")
+"""The rows add the share of responses longer than the regime's training budget B (the evaluation's cap, 256, is
+far above B, so few responses are cut there)."""
 L1_METHODS: tuple[str, ...] = ("l1_exact", "l1_max")
 AT_BUDGET_MEASURES: tuple[str, ...] = ("accuracy", "mean_length", "following_error", "truncated_frac")
 TRAJECTORIES: Mapping[str, tuple[str, ...]] = {
@@ -63,12 +67,12 @@ TRAJECTORIES: Mapping[str, tuple[str, ...]] = {
 }
 
 
-def measure_value(final_or_eval: Mapping[str, Any], measure: str, *, base: bool = False) -> float | None:
+def measure_value(run_eval: Mapping[str, Any], measure: str, *, base: bool = False) -> float | None:
     """``measure`` of one eval.json (``base``: of the base model's evaluation in it; the base's AES is 0 by
     definition, AES being measured against it); None when undefined."""
-    ev = {"final": final_or_eval["base"], "aes": 0.0} if base else final_or_eval
-    if measure == "truncated_frac":
-        value = ev["final"].get("truncated_frac")
+    ev = {"final": run_eval["base"], "aes": 0.0} if base else run_eval
+    if measure in ("truncated_frac", "truncated_at_budget"):
+        value = ev["final"].get(measure)
         return None if value is None else float(value)
     value = metric_value(ev, measure)
     return None if value is None else float(value)
@@ -107,7 +111,7 @@ def _summary(rows: Rows, sources: Mapping[tuple[str, str], str]) -> list[dict[st
     for (regime, method), by_seed in sorted(rows.items()):
         row: dict[str, Any] = {"regime": regime, "method": method, "source": sources[(regime, method)],
                                "seeds": sorted(by_seed), "n": len(by_seed)}  # fmt: skip
-        for measure in FIELD_MEASURES:
+        for measure in ROW_MEASURES:
             entry = _interval_entry({s: measure_value(r["eval"], measure) for s, r in by_seed.items()})
             if entry is not None:
                 row[measure] = entry
@@ -129,7 +133,7 @@ def _base(rows: Rows) -> dict[str, dict[str, Any]]:
     out = {}
     for regime, evs in per.items():
         out[regime] = {"seeds": sorted(evs)}
-        for measure in FIELD_MEASURES:
+        for measure in ROW_MEASURES:
             entry = _interval_entry({s: measure_value(ev, measure, base=True) for s, ev in evs.items()})
             if entry is not None:
                 out[regime][measure] = entry
@@ -210,8 +214,8 @@ def _run_entry(regime: str, method: str, seed: int, ref: RunRef, source: str, ro
     entry = {
         "method": method, "regime": regime, "seed": seed, "source": source,
         "run_dir": str(ref["dir"].relative_to(root)) if ref["dir"].is_relative_to(root) else str(ref["dir"]),
-        "final": {m: measure_value(ev, m) for m in FIELD_MEASURES},
-        "base": {m: measure_value(ev, m, base=True) for m in FIELD_MEASURES},
+        "final": {m: measure_value(ev, m) for m in ROW_MEASURES},
+        "base": {m: measure_value(ev, m, base=True) for m in ROW_MEASURES},
         "aes": ev.get("aes"), "wall_seconds": ev.get("wall_seconds"), **history(ref),
     }  # fmt: skip
     if ev.get("at_budget"):
@@ -262,6 +266,7 @@ def build_field_results(
         "seeds": meta.get("seeds"),
         "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "measures": list(FIELD_MEASURES),
+        "row_measures": list(ROW_MEASURES),
         "controls": {
             "folder": str(controls_dir),
             "default": controls is None,
