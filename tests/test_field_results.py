@@ -114,7 +114,7 @@ def folders(tmp_path):
                     "run_dir": "runs/tight/saw-seed5", "status": "failed"})  # fmt: skip
     (field / "runs.json").write_text(json.dumps(records))
     meta = {"plan": "field", "command": "dynashape compare --plan field --jobs 2 --out results/comparison-field",
-            "rows": {"tight": list(FIELD), "loose": list(FIELD)}, "seeds": [5, 6, 7, 8, 9], "jobs": 2}  # fmt: skip
+            "rows": {"tight": [*FIELD, "saw"], "loose": list(FIELD)}, "seeds": [5, 6, 7, 8, 9], "jobs": 2}  # fmt: skip
     (field / "comparison.json").write_text(json.dumps(meta))
     page = tmp_path / "docs" / "results-field.md"
     page.parent.mkdir()
@@ -287,7 +287,8 @@ def test_trajectories_at_budget_failures_and_resumes(folders, no_plots):
     assert resumed == {"runs/loose/laser_d-seed6": [20], "runs/tight/laser_d-seed6": [20]}
     text = page.read_text()
     assert "| tight | l1_exact | 13 | 3 |" in text and "runs/tight/saw-seed5" in text
-    assert "Partial results: 18 of the 30 planned field runs so far." in text
+    assert "Partial results: 18 of the 35 planned field runs so far." in text
+    assert "| saw | 0 (no finished run) | n/a |" in text  # every planned method is reported
 
 
 def test_before_any_run_the_page_keeps_its_plan_and_says_so(folders, no_plots):
@@ -297,7 +298,7 @@ def test_before_any_run_the_page_keeps_its_plan_and_says_so(folders, no_plots):
     write_page(field, page)  # no field seed, so no control is needed yet
     text = page.read_text()
     assert _head(text.encode()) == _head((REPO / "docs" / "results-field.md").read_bytes())
-    assert "Partial results: 0 of the 30 planned field runs so far." in text
+    assert "Partial results: 0 of the 35 planned field runs so far." in text
     assert "No L1 run has finished its fixed-budget evaluation yet." in text
     assert json.loads(page.with_suffix(".json").read_text())["differences"] == []
 

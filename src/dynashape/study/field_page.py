@@ -99,6 +99,9 @@ def _row_lines(results: Mapping[str, Any], regime: str) -> list[str]:
         "0 (by definition)" if m == "aes" else _cell(base.get(m), NAMES[m][1]) for m in measures) + " |")  # fmt: skip
     rows = [r for r in results["summary"] if r["regime"] == regime]
     rows.sort(key=lambda r: (r["source"] != "controls", r["method"]))
+    finished = {r["method"] for r in rows}
+    for method in sorted(set((results.get("rows") or {}).get(regime, ())) - finished):  # every planned method
+        lines.append(f"| {method} | 0 (no finished run) | " + " | ".join("n/a" for _ in measures) + " |")
     for row in rows:
         name = f"{row['method']} (control)" if row["source"] == "controls" else row["method"]
         lines.append(f"| {name} | {row['n']} | " + " | ".join(_cell(row.get(m), NAMES[m][1]) for m in measures) + " |")

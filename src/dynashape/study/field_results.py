@@ -264,6 +264,7 @@ def build_field_results(
         "failed": sorted(r["run_dir"] for r in records if r.get("status") == "failed"),
         "machine": meta.get("machine"),
         "seeds": meta.get("seeds"),
+        "rows": meta.get("rows"),
         "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "measures": list(FIELD_MEASURES),
         "row_measures": list(ROW_MEASURES),

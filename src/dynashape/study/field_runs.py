@@ -44,12 +44,14 @@ class ControlsError(ValueError):
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file (metrics.jsonl, history.jsonl); [] when it does not exist."""
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def run_ref(run_dir: Path, ev: Mapping[str, Any]) -> RunRef:
+    """A run as the page reads it: its eval.json, folder and config.yaml."""
     config = state.read_yaml(run_dir / "config.yaml") if (run_dir / "config.yaml").exists() else {}
     return {"eval": ev, "dir": run_dir, "config": config or {}}
 
