@@ -309,3 +309,17 @@ def test_controls_are_refused_for_another_plan(tmp_path):
     (out / "comparison.json").write_text(json.dumps({"plan": "v2"}))
     with pytest.raises(ValueError, match="field comparison's page only"):
         write_page(out, tmp_path / "page.md", controls=tmp_path)
+
+
+def test_a_field_compare_names_the_page_command_and_a_refusal_does_not_fail_its_runs(folders, monkeypatch, capsys):
+    field, controls, page = folders
+    from dynashape import cli
+    from dynashape.study import compare
+
+    monkeypatch.setattr(compare, "run_comparison", lambda out, **kw: {"failed": []})  # the runs are done
+    monkeypatch.setattr(cli, "_check_rows", lambda *args, **kw: None)
+    assert cli.main(["compare", "--plan", "field", "--out", str(field), "--no-progress"]) == 0
+    assert f"dynashape results {field} --report docs/results-field.md" in capsys.readouterr().out
+    (controls / "runs/tight/grpo-seed5/eval.json").unlink()
+    assert cli.main(["compare", "--plan", "field", "--out", str(field), "--report", str(page), "--no-progress"]) == 0
+    assert "the field page was not written" in capsys.readouterr().out

@@ -421,8 +421,25 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         return 0
-    _write_results(out, args.report)
+    if args.plan == "field":
+        _field_page_after_compare(out, args.report)
+    else:
+        _write_results(out, args.report)
     return 1 if result["failed"] else 0
+
+
+def _field_page_after_compare(out: Path, report: str | None) -> None:
+    """The field page keeps the plan block of a committed page and reads the follow-up's controls: without
+    ``--report`` there is no such page, so the command is named; a refusal (no plan block, a missing or unpaired
+    control) is reported without failing the runs, which are all saved."""
+    if report is None:
+        print(f"results: write the field page with `dynashape results {out} --report docs/results-field.md` (it keeps "
+              "that page's plan block; --controls DIR names the follow-up's folder)", flush=True)  # fmt: skip
+        return
+    try:
+        _write_results(out, report)
+    except ValueError as error:  # ControlsError, EvaluationMismatchError, no plan block
+        print(f"results: the field page was not written: {error}", flush=True)
 
 
 def _check_rows(template: Any, rows: dict[str, Sequence[str]], seed: int, train_kw: dict[str, Any]) -> None:
