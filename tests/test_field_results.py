@@ -18,6 +18,7 @@ from dynashape.study.field_page import PLAN_BEGIN, PLAN_END
 from dynashape.study.field_results import FIELD_MEASURES, measure_value
 from dynashape.study.field_runs import ControlsError
 from dynashape.study.pages import write_page
+from dynashape.study.results_page import NOTES_BEGIN, NOTES_END
 
 REPO = Path(__file__).resolve().parents[1]
 SEEDS = (5, 6, 7)
@@ -183,6 +184,14 @@ def test_the_plan_block_is_kept_byte_for_byte_and_only_what_follows_is_rewritten
     assert _head(written) == _head(original) and PLAN_BEGIN.encode() in _head(written)
     assert b"stale text" not in written and b"## What this world can and cannot say" in written
     write_page(field, page)  # a second write keeps the same head again
+    assert _head(page.read_bytes()) == _head(original)
+    # hand-written notes between their markers survive a rewrite; the commits differ, so the page asks for them
+    assert "same_run_numbers.py" in page.read_text() and "none is recorded there yet" in page.read_text()
+    note = "scripts/same_run_numbers.py: grpo seed 5 at 99d910d and at the field's commit, every number equal."
+    page.write_text(page.read_text().replace(f"{NOTES_BEGIN}\n", f"{NOTES_BEGIN}\n{note}\n"))
+    write_page(field, page)
+    assert f"{NOTES_BEGIN}\n{note}\n{NOTES_END}" in page.read_text()
+    assert "none is recorded there yet" not in page.read_text()
     assert _head(page.read_bytes()) == _head(original)
 
 

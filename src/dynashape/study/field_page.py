@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dynashape.study.results_page import deviation_lines, fmt_clock
+from dynashape.study.results_page import NOTES_BEGIN, NOTES_END, deviation_lines, fmt_clock
 
 __all__ = ["PLAN_BEGIN", "PLAN_END", "field_markdown", "kept_head"]
 
@@ -152,8 +152,33 @@ def _at_budget_lines(results: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def _provenance_lines(results: Mapping[str, Any], report: str) -> list[str]:
+def _notes_lines(notes: str) -> list[str]:
+    """The hand-written notes (the outcome of the plan's same-numbers check, anything a reader must know that the
+    runs' files do not say), kept verbatim between their markers when the page is rewritten."""
+    return [
+        "## Notes",
+        "",
+        "Hand-written; rewriting the page keeps what stands between the two notes markers below.",
+        "",
+        NOTES_BEGIN,
+        *([notes.rstrip("\n")] if notes.strip() else []),
+        NOTES_END,
+        "",
+    ]
+
+
+def _provenance_lines(results: Mapping[str, Any], report: str, notes: str = "") -> list[str]:
     c = results["controls"]
+    commits_differ = bool(c["commits"] and c["field_commits"]) and set(c["commits"]) != set(c["field_commits"])
+    same_numbers = (
+        [
+            "- The controls and the field runs were trained at different commits: the plan's check that `dynashape "
+            "train` gives the same numbers at both (`scripts/same_run_numbers.py`) belongs in the notes above"
+            + ("." if notes.strip() else "; none is recorded there yet.")
+        ]
+        if commits_differ
+        else []
+    )
     resumed = [
         f"{r['run_dir']} (from step {', '.join(map(str, r['resumes']))})" for r in results["runs"] if r["resumes"]
     ]
@@ -168,6 +193,7 @@ def _provenance_lines(results: Mapping[str, Any], report: str) -> list[str]:
         + f", trained at {', '.join(f'`{x[:12]}`' for x in c['commits']) or 'n/a'}; the field runs at "
         f"{', '.join(f'`{x[:12]}`' for x in c['field_commits']) or 'n/a'}. Each control is checked against its "
         f"field runs: registered evaluation, and the same {', '.join(c['paired_on'])}.",
+        *same_numbers,
         f"- Wall time (all invocations): {fmt_clock(results.get('wall_seconds'))}; the field runs' own time summed: "
         f"{fmt_clock(results.get('run_seconds'))}; machine: "
         + (", ".join(f"{k} {v}" for k, v in machine.items()) or "n/a")
@@ -179,8 +205,11 @@ def _provenance_lines(results: Mapping[str, Any], report: str) -> list[str]:
     ]
 
 
-def field_markdown(results: Mapping[str, Any], head: str, plots: Sequence[str] = (), report: str = "") -> str:
-    """The page: ``head`` (through the plan's end marker) verbatim, then everything from ``results``."""
+def field_markdown(
+    results: Mapping[str, Any], head: str, plots: Sequence[str] = (), report: str = "", notes: str = ""
+) -> str:
+    """The page: ``head`` (through the plan's end marker) verbatim, then everything from ``results``, with the
+    hand-written ``notes`` kept verbatim."""
     report = report or "docs/results-field.md"
     done, planned = results["finished_runs"], results.get("planned_runs")
     lines = [
@@ -197,6 +226,7 @@ def field_markdown(results: Mapping[str, Any], head: str, plots: Sequence[str] =
     elif not done:
         lines += ["No field run has finished yet.", ""]
     lines += deviation_lines(results.get("evaluation"))
+    lines += _notes_lines(notes)
     lines += ["## Rows", ""]
     for regime in _regimes(results):
         lines += _row_lines(results, regime)
@@ -218,5 +248,5 @@ def field_markdown(results: Mapping[str, Any], head: str, plots: Sequence[str] =
         lines += ["No controller trajectory yet.", ""]
     lines += ["## L1 at fixed budgets", "", *_at_budget_lines(results)]
     lines += [WORLD_LIMITS]
-    lines += _provenance_lines(results, report)
+    lines += _provenance_lines(results, report, notes)
     return head + "\n".join(lines)

@@ -304,9 +304,11 @@ def write_field_results(
         ControlsError, EvaluationMismatchError: see ``load_controls``.
     """
     from dynashape.study.field_page import field_markdown, kept_head
+    from dynashape.study.results_page import NOTES_BEGIN, NOTES_END, kept_block
 
     report = Path(report)
     head = kept_head(report)  # refuses before anything is computed or written
+    notes = kept_block(report, NOTES_BEGIN, NOTES_END)
     results = build_field_results(out, controls=controls, evaluation=evaluation)
     plot_dir = report.with_suffix("")
     written: list[Path] = []
@@ -318,5 +320,5 @@ def write_field_results(
         pass
     rel = [str(p.relative_to(report.parent)) for p in written]
     state.write_text(report.with_suffix(".json"), json.dumps(json_clean(results), indent=1, allow_nan=False))
-    state.write_text(report, field_markdown(results, head, rel, report=str(report)))
+    state.write_text(report, field_markdown(results, head, rel, report=str(report), notes=notes))
     return [report, report.with_suffix(".json"), *written]
