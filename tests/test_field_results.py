@@ -332,3 +332,22 @@ def test_a_field_compare_names_the_page_command_and_a_refusal_does_not_fail_its_
     (controls / "runs/tight/grpo-seed5/eval.json").unlink()
     assert cli.main(["compare", "--plan", "field", "--out", str(field), "--report", str(page), "--no-progress"]) == 0
     assert "the field page was not written" in capsys.readouterr().out
+
+
+def test_the_trajectory_names_are_the_ones_the_shapers_log():
+    """TRAJECTORIES reads metrics.jsonl by name: each controller's shaper, at the field table's values, logs them."""
+    import torch
+
+    from dynashape import RolloutBatch, get_shaper
+    from dynashape.study.field_presets import field_table
+    from dynashape.study.field_results import TRAJECTORIES
+
+    batch = RolloutBatch(group_ids=torch.tensor([0, 0, 1, 1]), correct=torch.tensor([1, 0, 1, 1]),
+                         lengths=torch.tensor([30, 90, 20, 60]), budgets=torch.tensor([50, 50, 50, 50]))  # fmt: skip
+    table = field_table(101)
+    for method, names in TRAJECTORIES.items():
+        kwargs = {"b_max": 101, "l_min": 25} if method == "lead" else table[method]["shaper_kwargs"]
+        shaper = get_shaper(method, **kwargs)
+        if method == "aalc":  # alpha_t is logged once a validation accuracy is known
+            shaper.observe(validation_accuracy=0.7)
+        assert set(names) <= set(shaper(batch).metrics), method

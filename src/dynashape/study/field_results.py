@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from dynashape.study.field_runs import (
     read_jsonl,
 )
 from dynashape.study.results import json_clean, load_runs
-from dynashape.study.stats import paired_values, t_interval
+from dynashape.study.stats import mean_sd, paired_values, t_interval
 
 __all__ = [
     "FIELD_MEASURES",
@@ -84,7 +84,7 @@ def _interval_entry(values: Mapping[int, float | None]) -> dict[str, Any] | None
     if not kept:
         return None
     ti = t_interval(list(kept.values()))
-    sd = float(_sd(list(kept.values())))
+    sd = mean_sd(list(kept.values())).sd
     return {
         "mean": ti.estimate,
         "sd": sd if math.isfinite(sd) else None,
@@ -92,14 +92,6 @@ def _interval_entry(values: Mapping[int, float | None]) -> dict[str, Any] | None
         "interval": [ti.low, ti.high] if math.isfinite(ti.low) else None,
         "seeds": list(kept),
     }
-
-
-def _sd(values: Sequence[float]) -> float:
-    n = len(values)
-    if n < 2:
-        return math.nan
-    m = sum(values) / n
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
 
 
 # ------------------------------------------------------------------------------------------------ reading
