@@ -94,7 +94,6 @@ def _interval_entry(values: Mapping[int, float | None]) -> dict[str, Any] | None
     }
 
 
-# ------------------------------------------------------------------------------------------------ reading
 # ----------------------------------------------------------------------------------------------- numbers
 def _summary(rows: Rows, sources: Mapping[tuple[str, str], str]) -> list[dict[str, Any]]:
     """Per (regime, method): each measure's mean over seeds with its t-interval, and (as results.json's rows) the
@@ -161,10 +160,13 @@ def _trajectories(rows: Rows) -> list[dict[str, Any]]:
     95 % t-interval (the band; None where fewer than two seeds logged the step)."""
     out = []
     for (regime, method), by_seed in sorted(rows.items()):
-        for metric in TRAJECTORIES.get(method, ()):
+        if method not in TRAJECTORIES:
+            continue
+        logged = {seed: read_jsonl(ref["dir"] / "metrics.jsonl") for seed, ref in by_seed.items()}
+        for metric in TRAJECTORIES[method]:
             per_step: dict[int, dict[int, float]] = {}
-            for seed, ref in by_seed.items():
-                for line in read_jsonl(ref["dir"] / "metrics.jsonl"):
+            for seed, lines in logged.items():
+                for line in lines:
                     if metric in line and "step" in line and line[metric] is not None:
                         per_step.setdefault(int(line["step"]), {})[seed] = float(line[metric])
             if not per_step:
