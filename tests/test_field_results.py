@@ -351,3 +351,17 @@ def test_the_trajectory_names_are_the_ones_the_shapers_log():
         if method == "aalc":  # alpha_t is logged once a validation accuracy is known
             shaper.observe(validation_accuracy=0.7)
         assert set(names) <= set(shaper(batch).metrics), method
+
+
+def test_the_thirteen_styles_are_distinct_and_a_method_keeps_its_own_in_every_regime():
+    pytest.importorskip("matplotlib")
+    from dynashape.study.field_plots import CONTROL_STYLES, _styles
+    from dynashape.study.field_presets import FIELD_METHODS
+
+    only_two = _styles({"summary": [{"method": "laser", "source": "field"}, {"method": "saw", "source": "field"}]})
+    styles = _styles({"summary": [{"method": m, "source": "field"} for m in FIELD_METHODS]})
+    assert only_two == styles  # the same style whichever methods a regime has finished
+    field_colours = {styles[m]["color"] for m in FIELD_METHODS}
+    assert len(field_colours) == len(FIELD_METHODS) == 11  # no two field methods share a colour
+    assert not field_colours & {s["color"] for s in CONTROL_STYLES.values()}
+    assert len({(s["color"], s["marker"]) for s in styles.values()}) == 14  # 11 + grpo, lead, base

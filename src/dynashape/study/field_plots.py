@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dynashape.study.field_presets import FIELD_METHODS
 from dynashape.study.results_plots import FONT, MARKERS, PALETTE, legend_outside
 
 __all__ = ["CONTROL_STYLES", "plot_field"]
@@ -32,9 +33,10 @@ FIELD_COLOURS = tuple(c for c in PALETTE if c not in ("#7f7f7f", "#666666", "#1b
 
 
 def _styles(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """A colour and a marker per field method (never shared, sorted names: the same in every plot of the page),
-    the controls' and the base's own."""
-    field = sorted({r["method"] for r in results["summary"] if r["source"] == "field"})
+    """A colour and a marker per field method (never shared; from the sorted names of all 11, so the same in every
+    plot and regime of the page), the controls' and the base's own."""
+    # every field method's style, whether or not it has finished runs: one method, one style in every regime
+    field = sorted(set(FIELD_METHODS) | {r["method"] for r in results["summary"] if r["source"] == "field"})
     styles = {
         m: {"color": FIELD_COLOURS[i % len(FIELD_COLOURS)], "marker": MARKERS[i % len(MARKERS)], "markersize": 8}
         for i, m in enumerate(field)
