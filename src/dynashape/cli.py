@@ -250,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the page although some runs were evaluated otherwise than the plan registered, marked as "
         "deviating (without it such a folder is refused, naming the runs and fields)",
     )
+    p.add_argument(
+        "--controls",
+        default=None,
+        help="the field comparison's page only: the folder of the follow-up whose grpo and lead runs "
+        "(runs/<regime>/<method>-seed<s>) are its controls (default: OUT's sibling comparison-v2)",
+    )
 
     p = sub.add_parser(
         "eval", help="evaluate a run folder's last checkpoint on the held-out split (at the run's own budget)"
@@ -415,8 +421,25 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     )
     if args.dry_run:
         return 0
-    _write_results(out, args.report)
+    if args.plan == "field":
+        _field_page_after_compare(out, args.report)
+    else:
+        _write_results(out, args.report)
     return 1 if result["failed"] else 0
+
+
+def _field_page_after_compare(out: Path, report: str | None) -> None:
+    """The field page keeps the plan block of a committed page and reads the follow-up's controls: without
+    ``--report`` there is no such page, so the command is named; a refusal (no plan block, a missing or unpaired
+    control) is reported without failing the runs, which are all saved."""
+    if report is None:
+        print(f"results: write the field page with `dynashape results {out} --report docs/results-field.md` (it keeps "
+              "that page's plan block; --controls DIR names the follow-up's folder)", flush=True)  # fmt: skip
+        return
+    try:
+        _write_results(out, report)
+    except ValueError as error:  # ControlsError, EvaluationMismatchError, no plan block
+        print(f"results: the field page was not written: {error}", flush=True)
 
 
 def _check_rows(template: Any, rows: dict[str, Sequence[str]], seed: int, train_kw: dict[str, Any]) -> None:
@@ -436,15 +459,15 @@ def _check_rows(template: Any, rows: dict[str, Sequence[str]], seed: int, train_
         check_shaper(cfg)
 
 
-def _write_results(out: Path, report: str | None, *, deviating: bool = False) -> None:
+def _write_results(out: Path, report: str | None, *, deviating: bool = False, controls: str | None = None) -> None:
     from dynashape.study.pages import write_page
 
-    paths = write_page(out, Path(report) if report else out / "results.md", deviating=deviating)
+    paths = write_page(out, Path(report) if report else out / "results.md", deviating=deviating, controls=controls)
     print("results: " + ", ".join(str(p) for p in paths), flush=True)
 
 
 def _cmd_results(args: argparse.Namespace) -> int:
-    _write_results(Path(args.out), args.report, deviating=args.deviating)
+    _write_results(Path(args.out), args.report, deviating=args.deviating, controls=args.controls)
     return 0
 
 

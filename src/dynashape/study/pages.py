@@ -1,7 +1,8 @@
 """``dynashape results OUT``: which page a comparison folder gets, written only once its runs are shown to have
 been evaluated as its plan registered.
 
-The follow-up (plan v2) gets its pre-registered page (``followup_results``), a plan with v1's claims gets v1's
+The follow-up (plan v2) gets its pre-registered page (``followup_results``), the field comparison (plan field) its
+descriptive page beside the follow-up's GRPO and LEAD runs (``field_results``), a plan with v1's claims gets v1's
 page (``results``). Every page records, beside the plan's evaluation, each run's own (its config.yaml); where they
 differ no verdict is written unless the caller asks for a page marked as deviating.
 """
@@ -58,9 +59,17 @@ def evaluation_record(out: Path, plan: str | None) -> dict[str, Any]:
     }
 
 
-def write_page(out: str | Path, report: str | Path, *, n_boot: int = 2000, deviating: bool = False) -> list[Path]:
+def write_page(
+    out: str | Path,
+    report: str | Path,
+    *,
+    n_boot: int = 2000,
+    deviating: bool = False,
+    controls: str | Path | None = None,
+) -> list[Path]:
     """Write ``report`` (markdown), its JSON (same stem) and plots (folder of the same stem) for the comparison
-    folder ``out``; returns the paths written.
+    folder ``out``; returns the paths written. ``controls``: the field page's controls folder (default: the field
+    folder's sibling ``comparison-v2``); refused for any other plan.
 
     Raises:
         EvaluationMismatchError: some runs were evaluated otherwise than the plan registered (the message names
@@ -71,6 +80,8 @@ def write_page(out: str | Path, report: str | Path, *, n_boot: int = 2000, devia
         raise ValueError(f"out must be a comparison folder (dynashape compare --out), got {str(out)!r}")
     meta = state.read_json(out / "comparison.json") if (out / "comparison.json").exists() else {}
     plan = plan_of(meta)
+    if controls is not None and plan != "field":
+        raise ValueError(f"--controls applies to the field comparison's page only; {out} ran plan {plan!r}")
     evaluation = evaluation_record(out, plan)
     if evaluation["deviations"] and not deviating:
         raise EvaluationMismatchError(
@@ -83,6 +94,10 @@ def write_page(out: str | Path, report: str | Path, *, n_boot: int = 2000, devia
         from dynashape.study.followup_results import write_followup_results
 
         return write_followup_results(out, report, n_boot=n_boot, evaluation=evaluation)
+    if plan == "field":
+        from dynashape.study.field_results import write_field_results
+
+        return write_field_results(out, report, controls=controls, evaluation=evaluation)
     from dynashape.study.results import write_results
 
     return write_results(out, report, n_boot=n_boot, evaluation=evaluation, registered=plan is not None)

@@ -1,0 +1,138 @@
+"""Plots of the field comparison (matplotlib, Agg; imported only when its page is written), readable at page width
+with 13 methods: per regime, the accuracy-length frontier and the controllers' trajectories over steps."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from dynashape.study.field_presets import FIELD_METHODS
+from dynashape.study.results_plots import FONT, MARKERS, PALETTE, legend_outside
+
+__all__ = ["CONTROL_STYLES", "plot_field"]
+
+CONTROL_STYLES: Mapping[str, Mapping[str, Any]] = {
+    # the controls and the base in black and grey with large markers, apart from the field's 11 colours
+    "grpo": {"color": "black", "marker": "s", "markersize": 10, "markerfacecolor": "white", "markeredgewidth": 2},
+    "lead": {"color": "black", "marker": "*", "markersize": 15},
+    "base": {"color": "#555555", "marker": "X", "markersize": 11},
+}
+TITLES: Mapping[str, str] = {
+    "adlp": "A-DLP: length weight lambda",
+    "aalc": "AALC: alpha_t",
+    "laser_d": "LASER-D: target per difficulty bucket",
+    "thinkprune": "ThinkPrune: length cap",
+    "lead": "LEAD: efficiency weight lambda_l",
+}
+
+
+FIELD_COLOURS = tuple(c for c in PALETTE if c not in ("#7f7f7f", "#666666", "#1b1b1b"))
+"""The shared palette without its greys and black, which mark the base and the controls here."""
+
+
+def _styles(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A colour and a marker per field method (never shared; from the sorted names of all 11, so the same in every
+    plot and regime of the page), the controls' and the base's own."""
+    # every field method's style, whether or not it has finished runs: one method, one style in every regime
+    field = sorted(set(FIELD_METHODS) | {r["method"] for r in results["summary"] if r["source"] == "field"})
+    styles = {
+        m: {"color": FIELD_COLOURS[i % len(FIELD_COLOURS)], "marker": MARKERS[i % len(MARKERS)], "markersize": 8}
+        for i, m in enumerate(field)
+    }
+    return styles | {m: dict(s) for m, s in CONTROL_STYLES.items()}
+
+
+def _point(
+    ax: Any, entry_x: Mapping[str, Any], entry_y: Mapping[str, Any], style: Mapping[str, Any], label: str
+) -> None:
+    x, y = entry_x["mean"], entry_y["mean"]
+    xerr = [[x - entry_x["interval"][0]], [entry_x["interval"][1] - x]] if entry_x.get("interval") else None
+    yerr = [[y - entry_y["interval"][0]], [entry_y["interval"][1] - y]] if entry_y.get("interval") else None
+    ax.errorbar([x], [y], xerr=xerr, yerr=yerr, fmt=style["marker"], capsize=3, label=label, linewidth=1.2,
+                **{k: v for k, v in style.items() if k != "marker"})  # fmt: skip
+
+
+def _frontier(ax: Any, results: Mapping[str, Any], regime: str, styles: Mapping[str, Mapping[str, Any]]) -> bool:
+    rows = [r for r in results["summary"] if r["regime"] == regime and "accuracy" in r and "mean_length" in r]
+    rows.sort(key=lambda r: (r["source"] != "controls", r["method"]))
+    base = results["base"].get(regime, {})
+    if "accuracy" in base and "mean_length" in base:
+        _point(ax, base["mean_length"], base["accuracy"], styles["base"], f"base (n={base['accuracy']['n']})")
+    for row in rows:
+        label = f"{row['method'].upper()} (control, n={row['n']})" if row["source"] == "controls" else (
+            f"{row['method']} (n={row['n']})")  # fmt: skip
+        _point(ax, row["mean_length"], row["accuracy"], styles[row["method"]], label)
+    ax.set_xlabel("mean length (tokens)", fontsize=FONT)
+    ax.set_ylabel("accuracy", fontsize=FONT)
+    ax.tick_params(labelsize=FONT - 1)
+    ax.grid(alpha=0.3)
+    ax.set_title(f"{regime}: accuracy against length (95 % t-intervals over seeds)", fontsize=FONT + 1)
+    legend_outside(ax, numpoints=1)
+    return bool(rows)
+
+
+def _band(values: Sequence[Any], side: int) -> list[float]:
+    return [math.nan if v is None else v[side] for v in values]
+
+
+def _controllers(fig: Any, results: Mapping[str, Any], regime: str) -> bool:
+    trajs = [t for t in results["trajectories"] if t["regime"] == regime]
+    methods = [m for m in TITLES if any(t["method"] == m for t in trajs)]
+    if not methods:
+        return False
+    from matplotlib.ticker import MaxNLocator
+
+    cols = min(3, len(methods))
+    rows = -(-len(methods) // cols)
+    fig.set_size_inches(13, 1.0 + 3.4 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    colours = ("#1f77b4", "#d95f02", "#2ca02c")
+    for ax, method in zip(axes.flat, methods):
+        mine = [t for t in trajs if t["method"] == method]
+        for colour, t in zip(colours, mine):
+            n = max(t["n"])
+            ax.plot(t["steps"], t["mean"], color=colour, linewidth=1.6,
+                    label=f"{t['metric'].split('/', 1)[1]} (n={n})")  # fmt: skip
+            ax.fill_between(t["steps"], _band(t["interval"], 0), _band(t["interval"], 1), color=colour, alpha=0.2,
+                            linewidth=0)  # fmt: skip
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(TITLES[method], fontsize=FONT)
+        ax.set_xlabel("step", fontsize=FONT - 1)
+        ax.tick_params(labelsize=FONT - 1)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=FONT - 2, loc="best")
+    for ax in list(axes.flat)[len(methods) :]:
+        ax.axis("off")
+    fig.suptitle(f"{regime}: the controllers over steps (mean over seeds, 95 % t-band)", fontsize=FONT + 1)
+    return True
+
+
+def plot_field(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
+    """Write the frontier and controller plots of ``results`` (``field_results.build_field_results``) into
+    ``folder``, per regime; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    written: list[Path] = []
+    styles = _styles(results)
+    for regime in sorted({r["regime"] for r in results["summary"]}, reverse=True):
+        fig, ax = plt.subplots(figsize=(10.5, 5.8))
+        if _frontier(ax, results, regime, styles):
+            folder.mkdir(parents=True, exist_ok=True)
+            fig.tight_layout()
+            fig.savefig(folder / f"frontier_{regime}.png", dpi=100)
+            written.append(folder / f"frontier_{regime}.png")
+        plt.close(fig)
+        fig = plt.figure(figsize=(13, 7))
+        if _controllers(fig, results, regime):
+            folder.mkdir(parents=True, exist_ok=True)
+            fig.tight_layout()
+            fig.savefig(folder / f"controllers_{regime}.png", dpi=100)
+            written.append(folder / f"controllers_{regime}.png")
+        plt.close(fig)
+    return written
