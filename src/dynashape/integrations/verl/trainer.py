@@ -107,16 +107,22 @@ def extras_from_fields(
     keys = None if raw_prompts is None else [prompt_key_of(p) for p in raw_prompts]
     correct = None
     if extra_fields is not None:
-        verdicts = []
-        for field in extra_fields:
-            info = field.get("reward_extra_info", {}) if isinstance(field, dict) else {}
-            verdicts.append(info.get("acc") if isinstance(info, dict) else None)
+        verdicts = _acc_of(extra_fields)
         if padding is not None:  # padding rows are dropped by the estimator: any placeholder verdict will do
             verdicts = [False if pad else v for v, pad in zip(verdicts, padding.tolist(), strict=True)]
         correct = correct_from_acc(np.array(verdicts, dtype=object)) if verdicts else None
     return EstimatorExtras(
         prompt_keys=keys, fingerprints=fingerprints, correct=correct, padding=padding, budgets=budgets, drops_rows=True
     )
+
+
+def _acc_of(extra_fields: Sequence[Any]) -> list[Any]:
+    """Each row's ``reward_extra_info["acc"]`` (None where a row has none)."""
+    verdicts = []
+    for field in extra_fields:
+        info = field.get("reward_extra_info", {}) if isinstance(field, dict) else {}
+        verdicts.append(info.get("acc") if isinstance(info, dict) else None)
+    return verdicts
 
 
 def monitor_from_fields(
@@ -138,10 +144,7 @@ def monitor_from_fields(
     """
     correct = None
     if extra_fields is not None:
-        verdicts = []
-        for field in extra_fields:
-            info = field.get("reward_extra_info", {}) if isinstance(field, dict) else {}
-            verdicts.append(info.get("acc") if isinstance(info, dict) else None)
+        verdicts = _acc_of(extra_fields)
         correct = correct_from_acc(np.array(verdicts, dtype=object)) if verdicts else None
     return RolloutBatch(
         group_ids=group_ids_from_index(np.array([str(u) for u in uids], dtype=object)),
