@@ -126,26 +126,30 @@ def test_fast_path_never_raises_and_is_reflexive(gold: str, pred: str) -> None:
 _SECONDS_PER_CHAR = 5e-6
 
 
+def _best_seconds(text: str, runs: int) -> float:
+    """The fastest of ``runs`` extractions: a shared machine's stalls only ever add time, a quadratic scan's cost
+    is in every run, so the minimum keeps the test's power and drops the noise."""
+    best = math.inf
+    for _ in range(runs):
+        start = time.perf_counter()
+        extract_answer(text)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 @given(st.lists(st.sampled_from(_PIECES), min_size=1, max_size=8).map("".join), st.integers(1000, 20_000))
 def test_extract_answer_takes_linear_time(unit: str, repeats: int) -> None:
     text = unit * repeats
-    start = time.perf_counter()
-    extract_answer(text)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 0.05 + _SECONDS_PER_CHAR * len(text), (unit, repeats, elapsed)
+    limit = 0.05 + _SECONDS_PER_CHAR * len(text)
+    elapsed = _best_seconds(text, 1)
+    if elapsed >= limit:  # measured again only when the first run is slow (a busy machine, or a real defect)
+        elapsed = min(elapsed, _best_seconds(text, 3))
+    assert elapsed < limit, (unit, repeats, elapsed)
 
 
 @pytest.mark.parametrize("unit", ["\\boxed{", "\\fbox{{", "}\\boxed{", "Answer:"])
 def test_extract_answer_worst_cases_scale_linearly(unit: str) -> None:
-    rates = []
-    for repeats in (5_000, 80_000):
-        text = unit * repeats
-        best = math.inf
-        for _ in range(2):  # the faster of two runs filters out a busy machine
-            start = time.perf_counter()
-            extract_answer(text)
-            best = min(best, time.perf_counter() - start)
-        rates.append(best / len(text))
+    rates = [_best_seconds(unit * repeats, 5) / len(unit * repeats) for repeats in (5_000, 80_000)]
     # 16x the input: a quadratic scan costs 16x more per character, a linear one about the same.
     assert rates[1] < 6 * rates[0] + 1e-7, rates
 
