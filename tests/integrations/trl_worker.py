@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import sys
 
 import datasets
 import torch
@@ -148,11 +149,17 @@ def main() -> None:
     parser.add_argument("--shaper", default="lead")
     args = parser.parse_args()
     run(args.out, steps=args.steps, resume=args.resume, save_on_each_node=args.save_on_each_node, shaper=args.shaper)
-    # Leave the process group before the interpreter exits: a gloo group torn down by interpreter shutdown can
-    # abort the process ("terminate called without an active exception", exit -6) after the work is done.
+    # Leave the process group, then skip the interpreter's finalisation: gloo's C++ worker threads can still hold
+    # objects with Python references, and destroying them while the interpreter is torn down aborts the process
+    # ("terminate called without an active exception", exit -6) after the work is done and saved. Leaving the
+    # group alone did not stop it: CI under load 15 saw it once more (pytorch/pytorch#179291 describes the
+    # mechanism). Everything the test reads was written by torch.save above; the streams are flushed first.
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
