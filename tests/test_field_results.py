@@ -365,3 +365,37 @@ def test_the_thirteen_styles_are_distinct_and_a_method_keeps_its_own_in_every_re
     assert len(field_colours) == len(FIELD_METHODS) == 11  # no two field methods share a colour
     assert not field_colours & {s["color"] for s in CONTROL_STYLES.values()}
     assert len({(s["color"], s["marker"]) for s in styles.values()}) == 14  # 11 + grpo, lead, base
+
+
+def test_a_base_far_from_the_methods_is_an_arrow_at_the_edge_and_a_near_one_a_point(folders):
+    """As on the follow-up's page: a far base would squeeze 13 methods into a corner of the frontier."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dynashape.study.field_plots import _frontier, _styles
+    from dynashape.study.field_results import build_field_results
+
+    field, _, _ = folders
+    results = build_field_results(field)
+    styles = _styles(results)
+    base = results["base"]["tight"]  # accuracy 0.5 at length 68 on average: below and right of every method
+    fig, ax = plt.subplots()
+    assert _frontier(ax, results, "tight", styles)
+    labels = ax.get_legend_handles_labels()[1]
+    assert not any(label.startswith("base") for label in labels)
+    (arrow,) = [t for t in ax.texts if "off the axes" in t.get_text()]
+    assert arrow.get_text() == f"base: accuracy {base['accuracy']['mean']:.3f}, length 68.0 (off the axes)"
+    assert ax.get_ylim()[0] > base["accuracy"]["mean"] and ax.get_xlim()[1] < base["mean_length"]["mean"]
+    plt.close(fig)
+
+    lead = next(r for r in results["summary"] if (r["regime"], r["method"]) == ("tight", "lead"))
+    near = {"accuracy": dict(lead["accuracy"]), "mean_length": dict(lead["mean_length"])}
+    results["base"]["tight"] = near  # on top of LEAD's point: inside the methods' own limits
+    fig, ax = plt.subplots()
+    _frontier(ax, results, "tight", styles)
+    assert "base (n=3)" in ax.get_legend_handles_labels()[1]
+    assert not [t for t in ax.texts if "off the axes" in t.get_text()]
+    plt.close(fig)

@@ -198,3 +198,14 @@ def test_an_adhoc_comparison_gets_a_page_of_what_ran_without_claims_or_tuning(fo
     (folder / "runs/tight/lead-seed1/config.yaml").write_text(yaml.safe_dump({"eval": {"n_samples": 16}}))
     with pytest.raises(ValueError, match="n_samples 16 where most runs have 4: 1 runs \\(runs/tight/lead-seed1\\)"):
         write_page(folder, report)
+
+
+def test_the_frontier_limits_pad_the_methods_span_by_15_percent_with_a_floor():
+    from dynashape.study.results_plots import frontier_limits
+
+    # span 10 tokens and 0.1 accuracy: 1.5 and 0.015 on each side
+    (x0, x1), (y0, y1) = frontier_limits([50.0, 60.0, 55.0], [0.7, 0.8])
+    assert (x0, x1) == pytest.approx((48.5, 61.5)) and (y0, y1) == pytest.approx((0.685, 0.815))
+    # span 1 token and 0.01 accuracy: the floors, 0.5 token and 0.005 accuracy
+    (x0, x1), (y0, y1) = frontier_limits([50.0, 51.0], [0.70, 0.71])
+    assert (x0, x1) == pytest.approx((49.5, 51.5)) and (y0, y1) == pytest.approx((0.695, 0.715))

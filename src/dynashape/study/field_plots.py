@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dynashape.study.field_presets import FIELD_METHODS
-from dynashape.study.results_plots import FONT, MARKERS, PALETTE, legend_outside
+from dynashape.study.results_plots import FONT, MARKERS, PALETTE, frame_methods_and_base, legend_outside
 
 __all__ = ["CONTROL_STYLES", "plot_field"]
 
@@ -54,16 +54,29 @@ def _point(
                 **{k: v for k, v in style.items() if k != "marker"})  # fmt: skip
 
 
+def _ends(entry: Mapping[str, Any]) -> tuple[float, ...]:
+    """The interval's ends of a summary entry, or its mean alone when it has no interval (one seed)."""
+    return tuple(entry["interval"]) if entry.get("interval") else (entry["mean"],)
+
+
 def _frontier(ax: Any, results: Mapping[str, Any], regime: str, styles: Mapping[str, Mapping[str, Any]]) -> bool:
     rows = [r for r in results["summary"] if r["regime"] == regime and "accuracy" in r and "mean_length" in r]
     rows.sort(key=lambda r: (r["source"] != "controls", r["method"]))
     base = results["base"].get(regime, {})
-    if "accuracy" in base and "mean_length" in base:
-        _point(ax, base["mean_length"], base["accuracy"], styles["base"], f"base (n={base['accuracy']['n']})")
     for row in rows:
         label = f"{row['method'].upper()} (control, n={row['n']})" if row["source"] == "controls" else (
             f"{row['method']} (n={row['n']})")  # fmt: skip
         _point(ax, row["mean_length"], row["accuracy"], styles[row["method"]], label)
+    if rows and "accuracy" in base and "mean_length" in base:
+        # as the follow-up's frontier: a base far from the methods is an arrow at the edge, not a point that
+        # squeezes 13 methods into a corner
+        xs = [v for r in rows for v in _ends(r["mean_length"])]
+        ys = [v for r in rows for v in _ends(r["accuracy"])]
+        frame_methods_and_base(
+            ax, xs, ys, base["mean_length"]["mean"], base["accuracy"]["mean"],
+            lambda: _point(ax, base["mean_length"], base["accuracy"], styles["base"],
+                           f"base (n={base['accuracy']['n']})"),
+        )  # fmt: skip
     ax.set_xlabel("mean length (tokens)", fontsize=FONT)
     ax.set_ylabel("accuracy", fontsize=FONT)
     ax.tick_params(labelsize=FONT - 1)

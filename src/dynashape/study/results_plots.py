@@ -18,7 +18,7 @@ import numpy as np
 
 from dynashape.study.stats import paired_values, t_interval
 
-__all__ = ["PALETTE", "legend_outside", "method_styles", "plot_results"]
+__all__ = ["PALETTE", "frame_methods_and_base", "frontier_limits", "legend_outside", "method_styles", "plot_results"]
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "p", "h", "*")
 PALETTE: tuple[str, ...] = (
@@ -42,6 +42,34 @@ def method_styles(methods: Sequence[str]) -> dict[str, dict[str, Any]]:
 def legend_outside(ax: Any, **kw: Any) -> None:
     """The legend to the right of the axes, where it never covers the data."""
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=FONT - 1, **kw)
+
+
+def frontier_limits(xs: Sequence[float], ys: Sequence[float]) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(xlim, ylim) of a frontier plot: the methods' interval ends ``xs`` (lengths) and ``ys`` (accuracies) with
+    15 % of their span on each side (at least 0.5 token and 0.005 accuracy)."""
+    pad_x, pad_y = max(0.5, 0.15 * (max(xs) - min(xs))), max(0.005, 0.15 * (max(ys) - min(ys)))
+    return (min(xs) - pad_x, max(xs) + pad_x), (min(ys) - pad_y, max(ys) + pad_y)
+
+
+def frame_methods_and_base(
+    ax: Any, xs: Sequence[float], ys: Sequence[float], bx: float, by: float, draw_base: Any
+) -> bool:
+    """Set a frontier's limits around the methods (``frontier_limits``) and place the base (length ``bx``,
+    accuracy ``by``): drawn by ``draw_base()`` when it lies within them, else an arrow from inside the axes
+    towards where it lies, with its numbers, since a far base would squeeze every method into a corner. Returns
+    whether the base is on the axes."""
+    xlim, ylim = frontier_limits(xs, ys)
+    inside = xlim[0] <= bx <= xlim[1] and ylim[0] <= by <= ylim[1]
+    if inside:
+        draw_base()
+    else:
+        cx, cy = min(max(bx, xlim[0]), xlim[1]), min(max(by, ylim[0]), ylim[1])
+        ax.annotate(f"base: accuracy {by:.3f}, length {bx:.1f} (off the axes)", xy=(cx, cy),
+                    xytext=(0.5, 0.08 if by < ylim[0] else 0.92), textcoords="axes fraction", ha="center",
+                    fontsize=FONT - 1, arrowprops={"arrowstyle": "->", "color": "black"})  # fmt: skip
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    return inside
 
 
 def _interval(values: Sequence[float]) -> tuple[float, float, float]:
@@ -75,19 +103,12 @@ def _frontier(ax: Any, table_ax: Any, runs: Sequence[Mapping[str, Any]], rows: S
         cells.append([m, str(len(acc)), f"{ya:.3f} [{ylo:.3f}, {yhi:.3f}]", f"{xl:.1f} [{xlo:.1f}, {xhi:.1f}]"])
     if not cells:
         return
-    pad_x, pad_y = max(0.5, 0.15 * (max(xs) - min(xs))), max(0.005, 0.15 * (max(ys) - min(ys)))
-    xlim, ylim = (min(xs) - pad_x, max(xs) + pad_x), (min(ys) - pad_y, max(ys) + pad_y)
     base = rows[0]["base"]
-    bx, by = base["mean_length"], base["accuracy"]
-    if xlim[0] <= bx <= xlim[1] and ylim[0] <= by <= ylim[1]:
-        ax.scatter([bx], [by], marker="*", s=140, color="black", label="base", zorder=3)
-    else:  # an arrow from inside the axes towards where the base lies
-        cx, cy = min(max(bx, xlim[0]), xlim[1]), min(max(by, ylim[0]), ylim[1])
-        ax.annotate(f"base: accuracy {by:.3f}, length {bx:.1f} (off the axes)", xy=(cx, cy),
-                    xytext=(0.5, 0.08 if by < ylim[0] else 0.92), textcoords="axes fraction", ha="center",
-                    fontsize=FONT - 1, arrowprops={"arrowstyle": "->", "color": "black"})  # fmt: skip
-    ax.set_xlim(*xlim)
-    ax.set_ylim(*ylim)
+    frame_methods_and_base(
+        ax, xs, ys, base["mean_length"], base["accuracy"],
+        lambda: ax.scatter([base["mean_length"]], [base["accuracy"]], marker="*", s=140, color="black",
+                           label="base", zorder=3),
+    )  # fmt: skip
     ax.set_xlabel("mean length (tokens)", fontsize=FONT)
     ax.set_ylabel("accuracy", fontsize=FONT)
     ax.tick_params(labelsize=FONT - 1)
