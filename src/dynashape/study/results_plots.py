@@ -10,7 +10,7 @@ subset (mean over seeds with its t-interval band, and each method's paired diffe
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ def frontier_limits(xs: Sequence[float], ys: Sequence[float]) -> tuple[tuple[flo
 
 
 def frame_methods_and_base(
-    ax: Any, xs: Sequence[float], ys: Sequence[float], bx: float, by: float, draw_base: Any
+    ax: Any, xs: Sequence[float], ys: Sequence[float], bx: float, by: float, draw_base: Callable[[], Any]
 ) -> bool:
     """Set a frontier's limits around the methods (``frontier_limits``) and place the base (length ``bx``,
     accuracy ``by``): drawn by ``draw_base()`` when it lies within them, else an arrow from inside the axes
