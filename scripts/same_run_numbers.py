@@ -3,7 +3,7 @@
     python scripts/same_run_numbers.py runs/before runs/after
 
 Compares eval.json and metrics.jsonl value by value, exactly, leaving out what measures time or names a place
-(``time/*``, ``*_seconds``, ``wall_seconds``, the base model's cache path and provenance). Exit status 0 when
+(``time/*``, ``*_seconds``, ``*/seconds`` such as MEDS's ``meds/seconds``, ``wall_seconds``, the base model's cache path and provenance). Exit status 0 when
 every number is equal, 1 otherwise (each difference printed).
 """
 
@@ -19,7 +19,8 @@ IGNORED = {"wall_seconds", "final_eval_seconds", "train_seconds", "warmup_second
 
 
 def _ignored(key: str) -> bool:
-    return key in IGNORED or key.startswith("time/") or key.endswith("_seconds")
+    # A namespaced timing ("meds/seconds") is a timing too: its last segment says so.
+    return key.rsplit("/", 1)[-1] in IGNORED or key.startswith("time/") or key.endswith("_seconds")
 
 
 def differences(a: Any, b: Any, where: str = "") -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import ray.cloudpickle
 from test_compare import TINY_TRAIN, _template, tiny_set_args
+from test_same_run_numbers import same_run_numbers_script
 
 from dynashape import state
 from dynashape.study.compare import RunSpec, run_comparison, spec_config
@@ -71,17 +72,6 @@ def _by_name(cfg, run_dir):
     return {"dies": _dies_first_time, "always": _always_dies, "raises": _raises}.get(run_dir.name, _finishes)(
         cfg, run_dir
     )
-
-
-def _same_run_numbers():
-    """scripts/same_run_numbers.py, the check that two runs hold the same numbers (timings aside)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[2] / "scripts" / "same_run_numbers.py"
-    spec = importlib.util.spec_from_file_location("same_run_numbers", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _jobs(tmp_path, base_cache, names):
@@ -180,7 +170,7 @@ def test_runs_on_ray_equal_the_same_runs_trained_serially(compared_on_ray, tmp_p
 
     from dynashape.train.run import train
 
-    differences = _same_run_numbers().differences
+    differences = same_run_numbers_script().differences
     out, template = compared_on_ray
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # what each of the two Ray workers had (2 cores / 2 jobs)
