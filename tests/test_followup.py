@@ -167,10 +167,12 @@ def test_the_ceiling_rule_in_a_claim():
     assert e1["verdict"] == "inconclusive" and "ceiling" in e1["reason"]
 
 
-def test_the_committed_page_states_the_preregistration_the_code_decides_with():
+@pytest.mark.parametrize("name", ["results-v2.md", "results-v2-as-run.md"])
+def test_the_committed_pages_state_the_preregistration_the_code_decides_with(name):
+    """The re-run's page and the as-run page kept beside it both carry the registration verbatim."""
     from dynashape.study.followup_page import preregistration_markdown
     from dynashape.study.results_page import CLAIMS_BEGIN, CLAIMS_END, kept_claims
 
-    page = ROOT / "docs" / "results-v2.md"
+    page = ROOT / "docs" / name
     section = preregistration_markdown().replace(CLAIMS_BEGIN, "").replace(CLAIMS_END, "")
     assert kept_claims(page).strip() == section.strip()
