@@ -1,17 +1,22 @@
-"""Which code ran: the git commit of the installed dynashape source, for the records a study keeps of its runs.
+"""Which code ran, and on which arithmetic: the records a study keeps of its runs.
 
 A study runs for days across sessions and machines; a run resumed on other code than it started on must say so,
-so each run folder lists the commit of every invocation that trained it (``train.run_folder``)."""
+so each run folder lists the commit of every invocation that trained it (``train.run_folder``). The same code on
+another CPU need not give the same floats: torch picks its CPU kernels by the instruction set it finds, and
+float sums taken in another order round differently (the follow-up's determinism check met this: its first 8 runs,
+on a machine since replaced, differ from step 0 in the last digits). So each invocation also records the CPU and
+the kernel level torch chose."""
 
 from __future__ import annotations
 
 import functools
+import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["code_version"]
+__all__ = ["code_version", "numeric_platform"]
 
 _GIT_TIMEOUT_S = 10.0
 
@@ -44,3 +49,25 @@ def code_version() -> dict[str, Any]:
         status = _git(["status", "--porcelain", "--untracked-files=no", "--", "."], package)
         dirty = None if status is None else bool(status)
     return {"version": version, "commit": commit, "dirty": dirty}
+
+
+def _cpu_model() -> str | None:
+    """The CPU's model name as the kernel reports it (Linux), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or None
+
+
+@functools.lru_cache(maxsize=1)
+def numeric_platform() -> dict[str, Any]:
+    """``{"cpu", "torch", "cpu_capability"}``: what decides the floats a CPU run computes besides the code.
+
+    ``cpu_capability`` is the instruction set torch's CPU kernels dispatch to ("AVX512", "AVX2", "DEFAULT", ...;
+    ``ATEN_CPU_CAPABILITY`` lowers it), the part of the machine that changed the follow-up's seed-5 numbers."""
+    import torch
+
+    return {"cpu": _cpu_model(), "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}

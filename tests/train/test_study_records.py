@@ -41,6 +41,11 @@ def test_history_records_every_invocation_and_its_code(tiny_config, parity_verif
     history = read_history(tmp_path / "run")
     assert [h["from_step"] for h in history] == [0, 2]  # killed after step 3, resumed from the step-2 checkpoint
     assert all(h["commit"] == code_version()["commit"] for h in history)
+    # and the arithmetic: the CPU and the kernel level torch dispatched to (what moved the v2 seed-5 floats)
+    import torch
+
+    assert all(h["cpu_capability"] == torch.backends.cpu.get_cpu_capability() for h in history)
+    assert all(h["torch"] == torch.__version__ and h["cpu"] for h in history)
     train(cfg, tmp_path / "run", progress=False, verifier=parity_verifier, report=False)  # finished: no line
     assert len(read_history(tmp_path / "run")) == 2
     record = _trained_by(tmp_path / "run")

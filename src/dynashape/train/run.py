@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dynashape.provenance import code_version
+from dynashape.provenance import code_version, numeric_platform
 from dynashape.train import checkpoint as ckpt
 from dynashape.train.base_model import (
     Base,
@@ -106,10 +106,11 @@ def train(
                 and previous.get("split", "test") == cfg.eval.split
             ):
                 return RunResult(folder.root, previous, metrics, resumed_from)
-        # which code trained which steps: a study resumed across sessions must be able to say
+        # which code, on which CPU kernels, trained which steps: a study resumed across sessions must be able to say
         folder.append_history(
             {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "from_step": trainer.step_index}
             | code_version()
+            | numeric_platform()
         )
         _train_steps(folder, trainer, cfg, cfg_hash, metrics, progress=progress, stop_after=stop_after, on_step=on_step)
         if trainer.step_index < cfg.train.steps:
