@@ -3,8 +3,8 @@
     python scripts/same_run_numbers.py runs/before runs/after
 
 Compares eval.json and metrics.jsonl value by value, exactly, leaving out what measures time or names a place
-(``time/*``, ``*_seconds``, ``*/seconds`` such as MEDS's ``meds/seconds``, ``wall_seconds``, the base model's cache path and provenance). Exit status 0 when
-every number is equal, 1 otherwise (each difference printed).
+(``time/*``, ``*_seconds``, ``*/seconds`` such as MEDS's ``meds/seconds``, ``wall_seconds``, the base model's cache
+path and provenance). Exit status 0 when every number is equal, 1 otherwise (each difference printed).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["code_version", "numeric_platform"]
+__all__ = ["code_version", "cpu_model", "numeric_platform"]
 
 _GIT_TIMEOUT_S = 10.0
 
@@ -51,15 +51,15 @@ def code_version() -> dict[str, Any]:
     return {"version": version, "commit": commit, "dirty": dirty}
 
 
-def _cpu_model() -> str | None:
+def cpu_model() -> str:
     """The CPU's model name as the kernel reports it (Linux), else what ``platform`` knows."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
+            if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine() or None
+    return platform.processor() or platform.machine()
 
 
 @functools.lru_cache(maxsize=1)
@@ -70,4 +70,4 @@ def numeric_platform() -> dict[str, Any]:
     ``ATEN_CPU_CAPABILITY`` lowers it), the part of the machine that changed the follow-up's seed-5 numbers."""
     import torch
 
-    return {"cpu": _cpu_model(), "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    return {"cpu": cpu_model(), "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}

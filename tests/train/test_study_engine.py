@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import ray.cloudpickle
 from test_compare import TINY_TRAIN, _template, tiny_set_args
-from test_same_run_numbers import same_run_numbers_script
 
 from dynashape import state
 from dynashape.study.compare import RunSpec, run_comparison, spec_config
 from dynashape.study.scheduler import Job, Placement, run_jobs
+from test_same_run_numbers import same_run_numbers_script
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the stand-in runners below run on workers
 

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from dynashape import state
+from dynashape.provenance import cpu_model
 from dynashape.train.policy import ModelConfig, build_policy
 from dynashape.world.base import Problem, World
 
@@ -293,7 +294,7 @@ def write_manifest(folder: str | Path, *, key: str, losses: Sequence[float], sec
         "command": command,
         "machine": {
             "platform": platform.platform(),
-            "processor": _cpu_name(),
+            "processor": cpu_model(),
             "python": platform.python_version(),
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
@@ -301,16 +302,6 @@ def write_manifest(folder: str | Path, *, key: str, losses: Sequence[float], sec
     }
     state.write_text(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return manifest
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def load_or_train_base(
