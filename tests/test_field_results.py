@@ -403,3 +403,66 @@ def test_a_base_far_from_the_methods_is_an_arrow_at_the_edge_and_a_near_one_a_po
     assert "base (n=3)" in ax.get_legend_handles_labels()[1]
     assert not [t for t in ax.texts if "off the axes" in t.get_text()]
     plt.close(fig)
+
+
+def _paired(regime: str, method: str, versus: str, metric: str, estimate: float, low: float, high: float,
+                n: int) -> dict:  # fmt: skip
+    return {"regime": regime, "method": method, "versus": versus, "metric": metric, "estimate": estimate,
+            "interval": [low, high], "n": n}  # fmt: skip
+
+
+def test_this_worlds_cell_prints_the_paired_differences_against_grpo_by_hand():
+    from dynashape.study.field_page import this_world_cell
+
+    results = {
+        "summary": [{"regime": "loose"}, {"regime": "tight"}],
+        "differences": [
+            _paired("tight", "laser", "grpo", "accuracy", -0.0183, -0.04249, 0.0061, 5),
+            _paired("tight", "laser", "grpo", "mean_length", -0.64, -4.44, 3.06, 5),
+            _paired("loose", "laser", "grpo", "accuracy", 0.0004, -0.014, 0.017, 5),
+            _paired("loose", "laser", "grpo", "mean_length", -5.1, -6.04, -4.16, 5),
+            # against LEAD: never in the cell, which is against GRPO
+            _paired("tight", "laser", "lead", "accuracy", 0.5, 0.4, 0.6, 5),
+            # seeds missing in one regime: the count goes with each regime
+            _paired("tight", "aalc", "grpo", "accuracy", 0.0, -0.001, 0.002, 5),
+            _paired("tight", "aalc", "grpo", "mean_length", 0.2, -0.6, 0.9, 5),
+            _paired("loose", "aalc", "grpo", "accuracy", -0.003, -0.045, 0.038, 4),
+            _paired("loose", "aalc", "grpo", "mean_length", 0.04, -0.6, 0.5, 4),
+        ],
+    }
+    assert this_world_cell(results, ["laser"]) == (
+        "`laser` (n = 5): tight accuracy -0.018 [-0.042, +0.006], length -0.6 [-4.4, +3.1]; "
+        "loose accuracy +0.000 [-0.014, +0.017], length -5.1 [-6.0, -4.2]"
+    )
+    assert this_world_cell(results, ["aalc", "gfpo"]) == (
+        "`aalc`: tight (n = 5) accuracy +0.000 [-0.001, +0.002], length +0.2 [-0.6, +0.9]; "
+        "loose (n = 4) accuracy -0.003 [-0.045, +0.038], length +0.0 [-0.6, +0.5]<br>`gfpo`: no finished run"
+    )
+    assert this_world_cell(results, ["laser"], versus="lead").startswith("`laser` (n = 5): tight accuracy +0.500")
+
+
+WHICH_METHOD_WHEN_ROWS = {  # docs/algorithms.md's row name -> the field methods its last column reports
+    "L1 / LCPO": ("l1_exact", "l1_max"),
+    "ThinkPrune": ("thinkprune",),
+    "LASER / LASER-D": ("laser", "laser_d"),
+    "DLER": ("dler",),
+    "ALP": ("alp",),
+    "A-DLP": ("adlp",),
+    "AALC": ("aalc",),
+    "SAW": ("saw",),
+    "GFPO": ("gfpo",),
+}
+
+
+def test_the_which_method_when_table_carries_this_worlds_figures_from_the_committed_page():
+    """docs/algorithms.md's table beside each paper's headline: its last column is the committed field page's
+    JSON, every field method once; a page regenerated without the table fails here."""
+    from dynashape.study.field_page import this_world_cell
+    from dynashape.study.field_presets import FIELD_METHODS
+
+    assert sorted(m for ms in WHICH_METHOD_WHEN_ROWS.values() for m in ms) == sorted(FIELD_METHODS)
+    results = json.loads((REPO / "docs" / "results-field.json").read_text())
+    section = (REPO / "docs" / "algorithms.md").read_text().split("### Which method when")[1].split("\n## ")[0]
+    for name, methods in WHICH_METHOD_WHEN_ROWS.items():
+        (row,) = [line for line in section.splitlines() if line.startswith(f"| {name} (")]
+        assert row.endswith(f"| {this_world_cell(results, methods)} |"), name

@@ -10,7 +10,7 @@ from typing import Any
 
 from dynashape.study.results_page import NOTES_BEGIN, NOTES_END, deviation_lines, fmt_clock
 
-__all__ = ["PLAN_BEGIN", "PLAN_END", "field_markdown", "kept_head"]
+__all__ = ["PLAN_BEGIN", "PLAN_END", "field_markdown", "kept_head", "this_world_cell"]
 
 PLAN_BEGIN, PLAN_END = "<!-- plan:begin -->", "<!-- plan:end -->"
 NAMES: Mapping[str, tuple[str, int]] = {  # measure -> (column name, digits)
@@ -78,6 +78,31 @@ def _cell(entry: Mapping[str, Any] | None, digits: int, sign: bool = False) -> s
         lo, hi = entry["interval"]
         text += f" [{_num(lo, digits, sign)}, {_num(hi, digits, sign)}]"
     return text
+
+
+def this_world_cell(results: Mapping[str, Any], methods: Sequence[str], versus: str = "grpo") -> str:
+    """The chain world's figures for docs/algorithms.md's "which method when" table, beside each paper's headline:
+    per method and regime, its paired differences against ``versus`` in accuracy and mean length, mean [95 %
+    t-interval] over the paired seeds, as the page's difference tables print them. Methods joined by ``<br>``
+    (one table row can hold two, L1's forms or LASER and LASER-D); a method without runs says so."""
+    parts = []
+    for method in methods:
+        cells = {(d["regime"], d["metric"]): d for d in results["differences"]
+                 if d["method"] == method and d["versus"] == versus}  # fmt: skip
+        regimes = [r for r in _regimes(results) if (r, "accuracy") in cells]
+        if not regimes:
+            parts.append(f"`{method}`: no finished run")
+            continue
+        ns = {r: cells[(r, "accuracy")]["n"] for r in regimes}
+        same_n = len(set(ns.values())) == 1  # the seed count once, or per regime while runs are missing
+        per_regime = [
+            f"{r}{'' if same_n else f' (n = {ns[r]})'} accuracy "
+            f"{_cell(cells[(r, 'accuracy')], NAMES['accuracy'][1], sign=True)}, "
+            f"length {_cell(cells.get((r, 'mean_length')), NAMES['mean_length'][1], sign=True)}"
+            for r in regimes
+        ]
+        parts.append(f"`{method}`{f' (n = {ns[regimes[0]]})' if same_n else ''}: " + "; ".join(per_regime))
+    return "<br>".join(parts)
 
 
 def _regimes(results: Mapping[str, Any]) -> list[str]:
@@ -242,7 +267,8 @@ def field_markdown(
     if trajectories:
         lines += ["Mean over seeds per step, the band its 95 % t-interval (from each run's metrics.jsonl): "
                   "A-DLP's `adlp/lambda`, AALC's `aalc/alpha` (alpha_t, once a validation has run), LASER-D's "
-                  "`laser_d/target_*` (0: the batch's longest response), ThinkPrune's `thinkprune/max_length`, "
+                  "`laser_d/target_low|medium|high` (groups whose accuracy is below 1/3, in [1/3, 2/3), at least 2/3; "
+                  "0: the batch's longest response), ThinkPrune's `thinkprune/max_length`, "
                   "LEAD's `lead/lambda_l`.", ""] + [f"![{Path(p).stem}]({p})" for p in trajectories] + [""]  # fmt: skip
     else:
         lines += ["No controller trajectory yet.", ""]

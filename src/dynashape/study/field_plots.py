@@ -22,7 +22,7 @@ CONTROL_STYLES: Mapping[str, Mapping[str, Any]] = {
 TITLES: Mapping[str, str] = {
     "adlp": "A-DLP: length weight lambda",
     "aalc": "AALC: alpha_t",
-    "laser_d": "LASER-D: target per difficulty bucket",
+    "laser_d": "LASER-D: target per group-accuracy bucket (low = hardest)",
     "thinkprune": "ThinkPrune: length cap",
     "lead": "LEAD: efficiency weight lambda_l",
 }
