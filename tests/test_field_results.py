@@ -466,3 +466,35 @@ def test_the_which_method_when_table_carries_this_worlds_figures_from_the_commit
     for name, methods in WHICH_METHOD_WHEN_ROWS.items():
         (row,) = [line for line in section.splitlines() if line.startswith(f"| {name} (")]
         assert row.endswith(f"| {this_world_cell(results, methods)} |"), name
+
+
+def test_the_zoom_panel_holds_the_rows_near_grpos_accuracy_and_only_when_a_row_lies_outside(folders):
+    """The 13 rows sit on one another near GRPO in the full frontier: the zoom below it shows the rows within
+    ZOOM_ACCURACY of GRPO's mean accuracy (here GRPO 0.697; adlp 0.72, laser_d 0.683, lead 0.707 are near,
+    l1_exact 0.61 is not), and is left out when no row lies outside it."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.container import ErrorbarContainer
+
+    from dynashape.study.field_plots import ZOOM_ACCURACY, _styles, _zoom
+    from dynashape.study.field_results import build_field_results
+
+    field, _, _ = folders
+    results = build_field_results(field)
+    styles = _styles(results)
+    fig, ax = plt.subplots()
+    assert _zoom(ax, results, "tight", styles)
+    drawn = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    means = sorted(round(float(c.lines[0].get_ydata()[0]), 4) for c in drawn)
+    assert means == [0.6833, 0.6967, 0.7067, 0.72]  # laser_d, grpo, lead, adlp: l1_exact (0.61) left out
+    assert "the 4 rows within 0.05" in ax.get_title() and ZOOM_ACCURACY == 0.05
+    plt.close(fig)
+
+    l1 = next(r for r in results["summary"] if (r["regime"], r["method"]) == ("tight", "l1_exact"))
+    l1["accuracy"]["mean"] = 0.70  # now every row is near GRPO: the full panel says it all
+    fig, ax = plt.subplots()
+    assert not _zoom(ax, results, "tight", styles)
+    plt.close(fig)

@@ -261,7 +261,8 @@ def field_markdown(
     frontier = [p for p in plots if Path(p).stem.startswith("frontier_")]
     if frontier:
         lines += ["## Frontier", "", "Accuracy against mean length, each point's bars its 95 % t-interval over "
-                  "seeds on both axes.", ""] + [f"![{Path(p).stem}]({p})" for p in frontier] + [""]  # fmt: skip
+                  "seeds on both axes; below, where rows lie far apart, the same zoomed on the rows within "
+                  "0.05 accuracy of GRPO.", ""] + [f"![{Path(p).stem}]({p})" for p in frontier] + [""]  # fmt: skip
     lines += ["## The controllers over steps", ""]
     trajectories = [p for p in plots if Path(p).stem.startswith("controllers_")]
     if trajectories:

@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from dynashape.study.field_presets import FIELD_METHODS
-from dynashape.study.results_plots import FONT, MARKERS, PALETTE, frame_methods_and_base, legend_outside
+from dynashape.study.results_plots import (
+    FONT,
+    MARKERS,
+    PALETTE,
+    frame_methods_and_base,
+    frontier_limits,
+    legend_outside,
+)
 
 __all__ = ["CONTROL_STYLES", "plot_field"]
 
@@ -86,6 +93,36 @@ def _frontier(ax: Any, results: Mapping[str, Any], regime: str, styles: Mapping[
     return bool(rows)
 
 
+ZOOM_ACCURACY = 0.05
+"""The zoom panel holds the methods whose mean accuracy lies within this of GRPO's (the control's, same regime)."""
+
+
+def _zoom(ax: Any, results: Mapping[str, Any], regime: str, styles: Mapping[str, Mapping[str, Any]]) -> bool:
+    """A second frontier panel, zoomed on GRPO and the methods near its accuracy, where most of the 13 sit on one
+    another in the full panel; their seed intervals may run past its edges. Drawn (True) only when the full
+    panel holds a method outside the zoom, else the full panel says it all."""
+    rows = [r for r in results["summary"] if r["regime"] == regime and "accuracy" in r and "mean_length" in r]
+    grpo = next((r for r in rows if r["method"] == "grpo" and r["source"] == "controls"), None)
+    if grpo is None:
+        return False
+    near = [r for r in rows if abs(r["accuracy"]["mean"] - grpo["accuracy"]["mean"]) <= ZOOM_ACCURACY]
+    if len(near) == len(rows):
+        return False
+    near.sort(key=lambda r: (r["source"] != "controls", r["method"]))
+    for row in near:
+        _point(ax, row["mean_length"], row["accuracy"], styles[row["method"]], "_nolegend_")
+    xlim, ylim = frontier_limits([r["mean_length"]["mean"] for r in near], [r["accuracy"]["mean"] for r in near])
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.set_xlabel("mean length (tokens)", fontsize=FONT)
+    ax.set_ylabel("accuracy", fontsize=FONT)
+    ax.tick_params(labelsize=FONT - 1)
+    ax.grid(alpha=0.3)
+    ax.set_title(f"{regime}, zoomed: the {len(near)} rows within {ZOOM_ACCURACY} accuracy of GRPO "
+                 "(their intervals may run past the edges)", fontsize=FONT)  # fmt: skip
+    return True
+
+
 def _band(values: Sequence[Any], side: int) -> list[float]:
     return [math.nan if v is None else v[side] for v in values]
 
@@ -134,8 +171,13 @@ def plot_field(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
     written: list[Path] = []
     styles = _styles(results)
     for regime in sorted({r["regime"] for r in results["summary"]}, reverse=True):
-        fig, ax = plt.subplots(figsize=(10.5, 5.8))
-        if _frontier(ax, results, regime, styles):
+        # the full frontier above, the zoom on GRPO's neighbourhood below (where it adds anything)
+        fig, (ax, zoom) = plt.subplots(2, 1, figsize=(10.5, 11.0))
+        drawn = _frontier(ax, results, regime, styles)
+        if not _zoom(zoom, results, regime, styles):
+            zoom.remove()
+            fig.set_size_inches(10.5, 5.8)
+        if drawn:
             folder.mkdir(parents=True, exist_ok=True)
             fig.tight_layout()
             fig.savefig(folder / f"frontier_{regime}.png", dpi=100)
