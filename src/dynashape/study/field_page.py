@@ -220,7 +220,7 @@ def _provenance_lines(results: Mapping[str, Any], report: str, notes: str = "") 
         f"field runs: registered evaluation, and the same {', '.join(c['paired_on'])}.",
         *same_numbers,
         f"- Wall time (all invocations): {fmt_clock(results.get('wall_seconds'))}; the field runs' own time summed: "
-        f"{fmt_clock(results.get('run_seconds'))}; machine: "
+        f"{fmt_clock(results.get('run_seconds'))}; machine (comparison.json keeps the last invocation's): "
         + (", ".join(f"{k} {v}" for k, v in machine.items()) or "n/a")
         + ".",
         f"- Failed runs: {', '.join(results['failed']) or 'none'}. Resumed from a checkpoint (history.jsonl): "

@@ -29,7 +29,7 @@ CONTROL_STYLES: Mapping[str, Mapping[str, Any]] = {
 TITLES: Mapping[str, str] = {
     "adlp": "A-DLP: length weight lambda",
     "aalc": "AALC: alpha_t",
-    "laser_d": "LASER-D: target per group-accuracy bucket (low = hardest)",
+    "laser_d": "LASER-D: targets; low = hardest groups",
     "thinkprune": "ThinkPrune: length cap",
     "lead": "LEAD: efficiency weight lambda_l",
 }
