@@ -56,3 +56,20 @@ def tiny_llama_dir(smol_tokenizer_dir, tmp_path_factory):
     for f in smol_tokenizer_dir.iterdir():
         shutil.copy(f, out / f.name)
     return out
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """``load_script("replay_run")``: a file of ``scripts/`` as a module (they are scripts, not part of the
+    package, so the tests import them by path)."""
+    import importlib.util
+    from pathlib import Path
+
+    def load(name: str):
+        path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
-
-def same_run_numbers_script():
-    """The script as a module (it is a script, not part of the package)."""
-    path = Path(__file__).resolve().parents[1] / "scripts" / "same_run_numbers.py"
-    spec = importlib.util.spec_from_file_location("same_run_numbers", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_timings_are_left_out_whatever_their_namespace():
-    differences = same_run_numbers_script().differences
+def test_timings_are_left_out_whatever_their_namespace(load_script):
+    differences = load_script("same_run_numbers").differences
     # The MEDS shaper logs its wall time as "meds/seconds": two identical runs differ there and nowhere else.
     a = [{"loss": 0.5, "meds/seconds": 0.012, "time/step": 3.0, "eval_seconds": 9.0, "wall_seconds": 1.0}]
     b = [{"loss": 0.5, "meds/seconds": 0.031, "time/step": 4.0, "eval_seconds": 7.0, "wall_seconds": 2.0}]
     assert differences(a, b, "metrics") == []
 
 
-def test_a_number_that_differs_is_named_with_its_place_even_beside_a_timing():
-    differences = same_run_numbers_script().differences
+def test_a_number_that_differs_is_named_with_its_place_even_beside_a_timing(load_script):
+    differences = load_script("same_run_numbers").differences
     a = [{"loss": 0.5, "meds/seconds": 0.01}, {"loss": 0.25, "meds/penalty": 0.1}]
     b = [{"loss": 0.5, "meds/seconds": 0.02}, {"loss": 0.25, "meds/penalty": 0.2}]
     assert differences(a, b, "metrics") == ["metrics[1]/meds/penalty: 0.1 != 0.2"]

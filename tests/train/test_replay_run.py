@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from dynashape.train.run import train
 
 
-def replay_script():
-    path = Path(__file__).resolve().parents[2] / "scripts" / "replay_run.py"
-    spec = importlib.util.spec_from_file_location("replay_run", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_a_replay_logs_the_committed_numbers_and_names_a_changed_one(tiny_config, parity_verifier, tmp_path):
-    replay = replay_script().replay
+def test_a_replay_logs_the_committed_numbers_and_names_a_changed_one(
+    tiny_config, parity_verifier, tmp_path, load_script
+):
+    replay = load_script("replay_run").replay
     run = tmp_path / "run"
     train(tiny_config("grpo"), run, progress=False, stop_after=2, report=False, verifier=parity_verifier)
     assert replay(run, tmp_path / "again", 2, verifier=parity_verifier) == []
