@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dynashape.study.field_plots import ZOOM_ACCURACY  # matplotlib-free at import: it loads in plot_field
 from dynashape.study.results_page import NOTES_BEGIN, NOTES_END, deviation_lines, fmt_clock
 
 __all__ = ["PLAN_BEGIN", "PLAN_END", "field_markdown", "kept_head", "this_world_cell"]
@@ -262,7 +263,8 @@ def field_markdown(
     if frontier:
         lines += ["## Frontier", "", "Accuracy against mean length, each point's bars its 95 % t-interval over "
                   "seeds on both axes; below, where rows lie far apart, the same zoomed on the rows within "
-                  "0.05 accuracy of GRPO.", ""] + [f"![{Path(p).stem}]({p})" for p in frontier] + [""]  # fmt: skip
+                  f"{ZOOM_ACCURACY} accuracy of GRPO.", ""]  # fmt: skip
+        lines += [f"![{Path(p).stem}]({p})" for p in frontier] + [""]
     lines += ["## The controllers over steps", ""]
     trajectories = [p for p in plots if Path(p).stem.startswith("controllers_")]
     if trajectories:
