@@ -23,7 +23,6 @@ from test_compare import TINY_TRAIN, _template, tiny_set_args
 from dynashape import state
 from dynashape.study.compare import RunSpec, run_comparison, spec_config
 from dynashape.study.scheduler import Job, Placement, run_jobs
-from test_same_run_numbers import same_run_numbers_script
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the stand-in runners below run on workers
 
@@ -164,13 +163,13 @@ def test_a_killed_training_worker_resumes_from_its_checkpoint_on_the_retry(local
     assert resumed["resumed_from"] >= 2 and resumed["steps"] == 8
 
 
-def test_runs_on_ray_equal_the_same_runs_trained_serially(compared_on_ray, tmp_path):
+def test_runs_on_ray_equal_the_same_runs_trained_serially(compared_on_ray, tmp_path, load_script):
     """Every number of a Ray run equals the same RunConfig trained in this process with the same threads."""
     import torch
 
     from dynashape.train.run import train
 
-    differences = same_run_numbers_script().differences
+    differences = load_script("same_run_numbers").differences
     out, template = compared_on_ray
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # what each of the two Ray workers had (2 cores / 2 jobs)
