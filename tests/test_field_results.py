@@ -468,6 +468,33 @@ def test_the_which_method_when_table_carries_this_worlds_figures_from_the_commit
         assert row.endswith(f"| {this_world_cell(results, methods)} |"), name
 
 
+def test_the_readmes_paragraph_on_the_field_comparison_says_what_the_committed_page_says():
+    """README's hand-written summary of the field comparison: every interval it quotes is a paired difference
+    against GRPO on the committed page, and its words hold on the page's numbers (DLER's accuracy interval above
+    0 in both regimes; in the loose regime SAW, GFPO, ThinkPrune, LASER and LASER-D 3-8 tokens shorter with
+    accuracy intervals covering 0; A-DLP's loose figures; L1's tight accuracy)."""
+    import re
+
+    from dynashape.study.field_page import NAMES, _cell
+
+    results = json.loads((REPO / "docs" / "results-field.json").read_text())
+    readme = (REPO / "README.md").read_text()
+    paragraph = readme.split("The field comparison (")[1].split("![the field's methods")[0]
+    assert paragraph.startswith(f"{results['finished_runs']} runs") and results["finished_runs"] == 110
+    grpo = {(d["regime"], d["method"], d["metric"]): d for d in results["differences"] if d["versus"] == "grpo"}
+    cells = {_cell(d, NAMES[metric][1], sign=True) for (_, _, metric), d in grpo.items()}
+    quoted = re.findall(r"[+-]\d+\.\d+ \[[+-]\d+\.\d+, [+-]\d+\.\d+\]", paragraph)
+    assert len(quoted) == 2 and set(quoted) <= cells
+    assert all(grpo[(r, "dler", "accuracy")]["interval"][0] > 0 for r in ("tight", "loose"))
+    for method in ("saw", "gfpo", "thinkprune", "laser", "laser_d"):
+        low, high = grpo[("loose", method, "accuracy")]["interval"]
+        assert low < 0 < high and -8 <= grpo[("loose", method, "mean_length")]["estimate"] <= -3, method
+    assert f"{grpo[('loose', 'adlp', 'mean_length')]['estimate']:+.1f} tokens" in paragraph
+    assert f"{grpo[('loose', 'adlp', 'accuracy')]['estimate']:+.3f} accuracy" in paragraph
+    l1 = [round(grpo[("tight", m, "accuracy")]["estimate"], 2) for m in ("l1_exact", "l1_max")]
+    assert f"({l1[0]:+.2f} and {l1[1]:+.2f} accuracy, tight)".replace("+", "") in paragraph.replace("+", "")
+
+
 def test_the_zoom_panel_holds_the_rows_near_grpos_accuracy_and_only_when_a_row_lies_outside(folders):
     """The 13 rows sit on one another near GRPO in the full frontier: the zoom below it shows the rows within
     ZOOM_ACCURACY of GRPO's mean accuracy (here GRPO 0.697; adlp 0.72, laser_d 0.683, lead 0.707 are near,
