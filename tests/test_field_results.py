@@ -479,7 +479,7 @@ def test_the_readmes_paragraph_on_the_field_comparison_says_what_the_committed_p
 
     results = json.loads((REPO / "docs" / "results-field.json").read_text())
     readme = (REPO / "README.md").read_text()
-    paragraph = readme.split("The field comparison (")[1].split("![the field's methods")[0]
+    paragraph = " ".join(readme.split("The field comparison (")[1].split("![the field's methods")[0].split())
     assert paragraph.startswith(f"{results['finished_runs']} runs") and results["finished_runs"] == 110
     grpo = {(d["regime"], d["method"], d["metric"]): d for d in results["differences"] if d["versus"] == "grpo"}
     cells = {_cell(d, NAMES[metric][1], sign=True) for (_, _, metric), d in grpo.items()}
