@@ -66,8 +66,8 @@ def replay_whole(run_dir: str | Path, scratch: str | Path, verifier=None) -> dic
     if not (run_dir / "eval.json").exists():
         raise ValueError(f"run_dir={str(run_dir)!r} has no eval.json: a whole replay compares a finished run")
     _train_again(run_dir, scratch, None, verifier)
-    steps = zip(_metrics(run_dir), _metrics(scratch))
-    first = next((int(a["step"]) for a, b in steps if any(a.get(k) != b.get(k) for k in ROLLOUT_KEYS)), None)
+    pairs = zip(_metrics(run_dir), _metrics(scratch))
+    first = next((int(a["step"]) for a, b in pairs if any(a.get(k) != b.get(k) for k in ROLLOUT_KEYS)), None)
     committed, here = (json.loads((d / "eval.json").read_text()) for d in (run_dir, scratch))
     final = {k: (committed["final"][k], here["final"][k]) for k in FINAL_KEYS}
     final["aes"] = (committed["aes"], here["aes"])
@@ -86,9 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         for key, (committed, here) in effect["final"].items():
             print(f"final {key}: committed {committed:.6f}, here {here:.6f}, difference {here - committed:+.6f}")
         first = effect["first_rollout_difference"]
-        print(f"{args.run_dir}: the sampled rollouts first differ at step {first}" if first else
-              f"{args.run_dir}: the same rollouts at every step")  # fmt: skip
-        return 1 if first or any(c != h for c, h in effect["final"].values()) else 0
+        same_rollouts = first is None
+        print(f"{args.run_dir}: " + ("the same rollouts at every step" if same_rollouts else
+                                      f"the sampled rollouts first differ at step {first}"))  # fmt: skip
+        return 0 if same_rollouts and all(c == h for c, h in effect["final"].values()) else 1
     diffs = replay(args.run_dir, args.scratch, args.steps)
     for d in diffs:
         print(d)
