@@ -23,10 +23,10 @@ from pathlib import Path
 
 import torch
 
+from dynashape.runtime.policy import ModelConfig
 from dynashape.study.compare import RunSpec, run_comparison, spec_config
 from dynashape.study.scheduler import default_jobs, prepare
 from dynashape.train.config import EvalConfig, RunConfig
-from dynashape.train.policy import ModelConfig
 from dynashape.train.run import train
 from dynashape.train.warmup import WarmupConfig
 from dynashape.world.chain import ChainTaskConfig

@@ -5,7 +5,7 @@ prompts are GSM8K test problems rendered as ``dynashape evaluate`` renders them 
 instruction), left-padded to one batch. Every row writes exactly ``--max-new`` tokens (EOS is never drawn by ours:
 ``eos_token_id=-1``; ``generate`` gets ``min_new_tokens``), so both do the same work:
 
-* ours: ``dynashape.train.rollout.sample`` (the transformers backend's call), with its in-place KV cache
+* ours: ``dynashape.runtime.sampler.sample`` (the transformers backend's call), with its in-place KV cache
   (``train.kv_cache``) and, for the record, with the model's own ``DynamicCache`` (``--own-cache``);
 * generate: ``model.generate(do_sample=True, top_k=0, top_p=1.0)`` on the same ids;
 * floor: 2 x parameters x generated tokens / the matmul throughput measured here, in the same process, with the
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import torch
 
-from dynashape.datasets import load_math_problems
-from dynashape.train import rollout
-from dynashape.train.policy import load_pretrained
-from dynashape.train.prompts import BOXED_INSTRUCTION, PromptFormat
-from dynashape.train.rollout import sample
+from dynashape.runtime import sampler as rollout
+from dynashape.runtime.policy import load_pretrained
+from dynashape.runtime.prompts import BOXED_INSTRUCTION, PromptFormat
+from dynashape.runtime.sampler import sample
+from dynashape.world.dataset_files import load_math_problems
 from dynashape.world.datasets import named_dataset_files
 
 
@@ -77,7 +77,7 @@ def main() -> None:
     args = ap.parse_args()
     model_dir = Path(args.model_dir)
     if not (model_dir / "config.json").is_file():
-        from dynashape.train.models import save_packaged_model
+        from dynashape.runtime.models import save_packaged_model
 
         save_packaged_model("smollm2", model_dir)
     model, tok = load_pretrained(model_dir)

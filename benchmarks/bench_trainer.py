@@ -1,6 +1,6 @@
 """Throughput of the reference trainer's RL step, side by side with its peers, on CPU.
 
-1. Sampling: our KV-cache loop (``dynashape.train.rollout.sample``) vs ``model.generate`` on the same tiny
+1. Sampling: our KV-cache loop (``dynashape.runtime.sampler.sample``) vs ``model.generate`` on the same tiny
    Qwen2, prompts and lengths (response tokens per second, ratio).
 2. The whole RL step (sample, verify, old log-probs, shaper, update): our ``Trainer.step`` vs TRL's
    ``GRPOTrainer`` on the same model, batch (prompts x G) and completion cap (tokens per second, ratio).
@@ -21,11 +21,11 @@ import time
 import torch
 
 from dynashape.rewards import MathVerifier
-from dynashape.study.presets import make_train_config
+from dynashape.runtime.policy import ModelConfig, build_policy
+from dynashape.runtime.sampler import encode_prompts, sample
 from dynashape.train.config import RunConfig
 from dynashape.train.loop import Trainer
-from dynashape.train.policy import ModelConfig, build_policy
-from dynashape.train.rollout import encode_prompts, sample
+from dynashape.train.presets import make_train_config
 from dynashape.train.warmup import load_or_train_base
 from dynashape.world.chain import ChainTaskConfig, ChainWorld, world_splits
 from dynashape.world.chain.tokenizer import build_char_tokenizer

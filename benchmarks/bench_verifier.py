@@ -21,8 +21,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from dynashape.datasets import load_math_problems
 from dynashape.rewards import MathVerifier, extract_answer, fast_equivalent
+from dynashape.world.dataset_files import load_math_problems
 
 SYNTHETIC_GOLDS = [
     "42", "-7", "0", "1000", "27648", r"\frac{1}{2}", r"\frac{11}{36}", r"-\frac{3}{4}", "0.25", r"\dfrac{33}{100}",

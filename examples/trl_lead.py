@@ -25,7 +25,7 @@ from trl import GRPOConfig
 from dynashape import get_shaper
 from dynashape.integrations.trl import ShapedGRPOTrainer
 from dynashape.rewards import correctness_reward
-from dynashape.train.policy import load_pretrained
+from dynashape.runtime.policy import load_pretrained
 from dynashape.world import get_world
 from dynashape.world.chain.world import BASE_MODEL_DIR
 

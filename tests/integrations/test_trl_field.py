@@ -19,9 +19,9 @@ datasets = pytest.importorskip("datasets")
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from dynashape import get_shaper  # noqa: E402
-from dynashape.integrations._trl_keep import KEEP_KEY  # noqa: E402
-from dynashape.integrations._trl_signals import EvalPool, budget_of  # noqa: E402
 from dynashape.integrations.trl import STATE_FILE, ShapedGRPOTrainer  # noqa: E402
+from dynashape.integrations.trl.keep import KEEP_KEY  # noqa: E402
+from dynashape.integrations.trl.signals import EvalPool, budget_of  # noqa: E402
 from dynashape.world.chain.tokenizer import build_char_tokenizer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -345,7 +345,7 @@ def test_gfpo_dropped_rows_carry_no_loss_and_no_gradient(tmp_path):
 
 
 def test_gfpo_refuses_a_row_mean_loss_with_an_entropy_bonus():
-    from dynashape.integrations._trl_keep import check_row_mean_loss
+    from dynashape.integrations.trl.keep import check_row_mean_loss
 
     with pytest.raises(ValueError, match=r"loss_type='grpo' averages over rows.*entropy bonus"):
         check_row_mean_loss("grpo", entropy_bonus=True, aux_loss=False)
@@ -391,10 +391,10 @@ def test_field_shaper_trains_with_its_own_advantages(tmp_path, name):
 
 
 def test_contract_of_trl_loss_normalisers_the_row_drop_relies_on():
-    """Fails loudly when a TRL release changes the loss divisors ``_trl_keep`` adjusts for dropped rows."""
+    """Fails loudly when a TRL release changes the loss divisors ``integrations.trl.keep`` adjusts for dropped rows."""
     import inspect
 
-    from dynashape.integrations._trl_keep import ROW_MEAN_LOSSES
+    from dynashape.integrations.trl.keep import ROW_MEAN_LOSSES
 
     assert list(inspect.signature(GRPOTrainer.compute_loss).parameters) == [
         "self",

@@ -148,7 +148,7 @@ def _fit_policy(out: Path) -> None:
     ``...:\\n\\boxed{3}`` or ``\\boxed{4}`` after a varying preamble (mixed verdicts and lengths)."""
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    from dynashape.train.models import packaged_gguf
+    from dynashape.runtime.models import packaged_gguf
 
     gguf = packaged_gguf("smollm2")
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -505,7 +505,7 @@ def fingerprint_check(
 
 
 def state_payload(run_dir: Path, case: Case, step: int) -> dict:
-    from dynashape.state import torch_load
+    from dynashape.io.state import torch_load
 
     return torch_load(run_dir / "checkpoints" / f"global_step_{step}" / f"dynashape_{case.estimator}_state.pt")
 

@@ -28,7 +28,7 @@ from dynashape.integrations.verl.convert import budgets_from_non_tensor  # noqa:
 from dynashape.integrations.verl.estimators import EstimatorExtras, provide_extras, reset_sessions  # noqa: E402
 from dynashape.integrations.verl.settings import parse_settings  # noqa: E402
 from dynashape.integrations.verl.state import state_path  # noqa: E402
-from dynashape.state import torch_load  # noqa: E402
+from dynashape.io.state import torch_load  # noqa: E402
 
 FIELD = ("l1_exact", "l1_max", "thinkprune", "laser", "laser_d", "dler", "alp", "adlp", "aalc", "saw", "gfpo")
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import dynashape.meds.memory as memory_module
+from dynashape.io.state import StateFileError
 from dynashape.meds.memory import ErrorMemory, MemoryConfig, MemoryFileError
-from dynashape.state import StateFileError
 
 W, R = False, True  # bank correctness
 

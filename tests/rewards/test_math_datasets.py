@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dynashape.datasets import MathProblem, load_math_problems
+from dynashape.world.dataset_files import MathProblem, load_math_problems
 
 
 def _jsonl(path: Path, rows: list[dict[str, object]]) -> Path:

@@ -107,7 +107,7 @@ def test_fast_path_off_sends_everything_to_math_verify(math_verify_only: MathVer
 
 def test_imports_stay_lazy_and_the_default_verifier_reads_the_environment() -> None:
     code = (
-        "import sys, dynashape, dynashape.rewards, dynashape.datasets\n"
+        "import sys, dynashape, dynashape.rewards, dynashape.world.dataset_files\n"
         "from dynashape.rewards import MathVerifier, default_verifier, extract_answer\n"
         "MathVerifier(); extract_answer('\\\\boxed{1}')\n"
         "config = default_verifier().config\n"

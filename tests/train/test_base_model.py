@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from dynashape.runtime.policy import ModelConfig
 from dynashape.train.config import RunConfig
-from dynashape.train.policy import ModelConfig
 from dynashape.train.rebuild import rebuild_base
 from dynashape.train.warmup import MANIFEST, WarmupConfig, base_model_key, file_sha256, load_or_train_base
 from dynashape.world.chain import ChainTaskConfig, ChainWorld

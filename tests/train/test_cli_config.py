@@ -41,7 +41,7 @@ def test_set_reaches_every_section():
     assert cfg.task.max_ops == 6 and cfg.warmup.lr == 1e-3 and cfg.model.num_layers == 3
     assert cfg.prompt.chat_template is False and cfg.prompt.suffix == " Box it."
     assert cfg.train.lr == 5e-4 and cfg.train.group_size == 4
-    from dynashape.study.presets import regime_budget
+    from dynashape.train.presets import regime_budget
 
     # merged into the preset's (l_min = the tight budget // 4)
     assert cfg.train.shaper_kwargs == {"b_max": 80, "l_min": regime_budget("tight") // 4}
@@ -113,7 +113,7 @@ def test_parse_overrides_nulls_and_lists():
 
 
 def test_line_progress_writes_a_line_per_interval_with_an_eta():
-    from dynashape.train.progress import LineProgress
+    from dynashape.runtime.progress import LineProgress
 
     now = [0.0]
     out = io.StringIO()
@@ -142,7 +142,7 @@ def test_line_progress_writes_a_line_per_interval_with_an_eta():
 
 
 def test_progress_bar_is_lines_off_a_terminal(monkeypatch):
-    from dynashape.train.progress import LineProgress, progress_bar
+    from dynashape.runtime.progress import LineProgress, progress_bar
 
     monkeypatch.setattr("sys.stderr", io.StringIO())  # not a terminal
     assert isinstance(progress_bar(5, "x", True), LineProgress)
@@ -159,9 +159,9 @@ def test_evaluation_subset_is_evenly_spaced():
 
 def test_evaluate_honours_max_problems_and_reports_every_rollout(monkeypatch):
     """The bar's hook sees every rollout finish once; max_problems keeps the evenly spaced problems."""
+    from dynashape.runtime.policy import ModelConfig, build_policy
     from dynashape.train import evaluation
     from dynashape.train.config import EvalConfig
-    from dynashape.train.policy import ModelConfig, build_policy
     from dynashape.world.chain import ChainTaskConfig, ChainWorld, world_splits
     from dynashape.world.chain.tokenizer import build_char_tokenizer
 
@@ -182,7 +182,7 @@ def test_evaluate_honours_max_problems_and_reports_every_rollout(monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr("dynashape.train.progress.progress_bar", lambda *a, **k: Bar())
+    monkeypatch.setattr("dynashape.runtime.progress.progress_bar", lambda *a, **k: Bar())
 
     class Wrong:
         def verify(self, golds, responses):
@@ -197,8 +197,8 @@ def test_evaluate_honours_max_problems_and_reports_every_rollout(monkeypatch):
 
 
 def test_toy_prompts_are_unchanged_by_the_prompt_format():
-    from dynashape.train.prompts import PromptFormat
-    from dynashape.train.rollout import encode_prompts
+    from dynashape.runtime.prompts import PromptFormat
+    from dynashape.runtime.sampler import encode_prompts
     from dynashape.world.chain.tokenizer import build_char_tokenizer
 
     tok = build_char_tokenizer()
@@ -208,7 +208,7 @@ def test_toy_prompts_are_unchanged_by_the_prompt_format():
     a, b = fmt.encode(prompts), encode_prompts(tok, prompts)
     assert a[0].equal(b[0]) and a[1].equal(b[1])
     with pytest.raises(ValueError, match="chat_template must be true or false"):
-        from dynashape.train.prompts import PromptConfig
+        from dynashape.runtime.prompts import PromptConfig
 
         PromptConfig(chat_template="yes")
 

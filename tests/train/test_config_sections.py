@@ -9,7 +9,6 @@ import pytest
 import yaml
 
 from dynashape.cli import _run_config, build_parser
-from dynashape.study.presets import make_train_config
 from dynashape.train.config import (
     FLAT_TRAIN_KEYS,
     SECTIONS,
@@ -22,6 +21,7 @@ from dynashape.train.config import (
     parse_overrides,
     train_sections,
 )
+from dynashape.train.presets import make_train_config
 
 RUNS = Path(__file__).resolve().parents[2] / "results" / "comparison" / "runs"
 

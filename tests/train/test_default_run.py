@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from dynashape.study.presets import make_train_config, regime_budget
 from dynashape.train.config import RunConfig
+from dynashape.train.presets import make_train_config, regime_budget
 from dynashape.train.run import train
 
 

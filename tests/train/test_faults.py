@@ -108,7 +108,7 @@ def test_a_run_closes_its_shaper_on_every_way_out(tiny_config, parity_verifier, 
 
 def test_a_torn_config_yaml_is_refused_naming_it(tiny_config, tmp_path):
     """A folder whose config.yaml cannot be read is not silently taken over (its run may be another's)."""
-    from dynashape.state import StateFileError
+    from dynashape.io.state import StateFileError
     from dynashape.train.run import train
 
     run = tmp_path / "run"

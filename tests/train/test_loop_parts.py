@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from dynashape.rewards import Reason, Verdict
-from dynashape.study.presets import make_train_config
+from dynashape.runtime.policy import ModelConfig, build_policy
+from dynashape.runtime.sampler import Rollouts, encode_prompts
 from dynashape.train.loop import PromptStream, Trainer, reward_columns
-from dynashape.train.policy import ModelConfig, build_policy
-from dynashape.train.rollout import Rollouts, encode_prompts
+from dynashape.train.presets import make_train_config
 from dynashape.world.chain import ChainTaskConfig, make_problem, teacher_trace, world_splits
 from dynashape.world.chain.tokenizer import build_char_tokenizer
 

@@ -14,8 +14,8 @@ from importlib import metadata
 import pytest
 import torch
 
-from dynashape.study.presets import make_train_config
 from dynashape.train.config import EvalConfig, RunConfig
+from dynashape.train.presets import make_train_config
 
 
 def _installed(name: str) -> bool:
@@ -38,7 +38,7 @@ SMOL_SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, 
 
 
 def test_smollm2_tokenizer_is_bpe_with_a_chat_template(tiny_llama_dir):
-    from dynashape.train.policy import load_pretrained
+    from dynashape.runtime.policy import load_pretrained
 
     _, tok = load_pretrained(tiny_llama_dir)
     assert len(tok) == 49152 and tok.chat_template
@@ -48,8 +48,8 @@ def test_smollm2_tokenizer_is_bpe_with_a_chat_template(tiny_llama_dir):
 
 
 def test_prompts_use_the_chat_template_and_the_suffix(tiny_llama_dir):
-    from dynashape.train.policy import load_pretrained
-    from dynashape.train.prompts import BOXED_INSTRUCTION, PromptConfig, PromptFormat
+    from dynashape.runtime.policy import load_pretrained
+    from dynashape.runtime.prompts import BOXED_INSTRUCTION, PromptConfig, PromptFormat
 
     _, tok = load_pretrained(tiny_llama_dir)
     question = "What is 2+3?\n"
@@ -91,10 +91,10 @@ def test_answer_positions_and_fingerprints_on_the_bpe_tokenizer(tiny_llama_dir, 
     and the fingerprint equals hidden state . unembedding row, computed here by hand."""
     from dynashape.meds import capture
     from dynashape.meds.positions import answer_positions
+    from dynashape.runtime.policy import load_pretrained
+    from dynashape.runtime.prompts import BOXED_INSTRUCTION, PromptFormat
+    from dynashape.runtime.sampler import Rollouts
     from dynashape.train.loop import Trainer
-    from dynashape.train.policy import load_pretrained
-    from dynashape.train.prompts import BOXED_INSTRUCTION, PromptFormat
-    from dynashape.train.rollout import Rollouts
     from dynashape.world import Problem
 
     model, tok = load_pretrained(tiny_llama_dir)
@@ -161,7 +161,7 @@ def test_answer_position_after_a_space_on_smollm2(tiny_llama_dir):
     containing ``boxed`` is there, so the official rule finds no answer and MEDS takes no fingerprint. Pinned
     here until the rule (spec meds.md section 1) handles a split ``boxed``."""
     from dynashape.meds.positions import answer_positions
-    from dynashape.train.policy import load_pretrained
+    from dynashape.runtime.policy import load_pretrained
 
     _, tok = load_pretrained(tiny_llama_dir)
     ids = tok("So the answer is \\boxed{18}.", add_special_tokens=False)["input_ids"]
@@ -219,7 +219,7 @@ def test_two_rl_steps_and_a_gsm8k_evaluation(tiny_llama_dir, parity_verifier, tm
 def test_smollm2_135m_two_steps_and_twenty_problem_eval(tmp_path):
     """The real SmolLM2-135M-Instruct from the GGUF: 2 RL steps on GSM8K and a 20-problem x 2-sample
     evaluation with the real verifier (minutes on 2 cores; docs/real-models.md has the measured times)."""
-    from dynashape.train.models import save_packaged_model
+    from dynashape.runtime.models import save_packaged_model
     from dynashape.train.run import train
 
     t0 = time.perf_counter()

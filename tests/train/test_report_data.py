@@ -143,8 +143,8 @@ def test_report_names_plain_grpo_from_a_comparison_or_says_it_has_none(tmp_path)
 def test_the_shipped_grpo_reference_is_the_comparisons_and_names_its_steps(tmp_path):
     """The package's reference equals what ``summarise_results`` makes of docs/results.json (the full plan's runs
     train the preset's steps); beside a shorter run, report.md says so."""
-    from dynashape.study.presets import make_train_config
     from dynashape.train.grpo_reference import SHIPPED, load_reference, reference_line, summarise_results
+    from dynashape.train.presets import make_train_config
 
     docs = Path(__file__).resolve().parents[2] / "docs" / "results.json"
     made = summarise_results(

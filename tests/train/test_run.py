@@ -9,9 +9,9 @@ import shutil
 import pytest
 import torch
 
-from dynashape.study.presets import PRESETS, make_train_config, regime_budget
 from dynashape.train import checkpoint as ckpt
 from dynashape.train.config import RunConfig
+from dynashape.train.presets import PRESETS, make_train_config, regime_budget
 from dynashape.train.run import read_metrics, train
 
 

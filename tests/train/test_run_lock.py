@@ -10,14 +10,14 @@ import sys
 import pytest
 
 from dynashape.cli import main
-from dynashape.state import TMP_PREFIX, FolderBusyError, FolderLock
+from dynashape.io.state import TMP_PREFIX, FolderBusyError, FolderLock
 from dynashape.train.run import train
 from dynashape.train.run_folder import RunFolder
 from lock_holder import child_env, held_by_another_process
 
 _PROBE = (
     "import sys\n"
-    "from dynashape.state import FolderBusyError\n"
+    "from dynashape.io.state import FolderBusyError\n"
     "from dynashape.train.run_folder import RunFolder\n"
     "try:\n"
     "    RunFolder(sys.argv[1]).lock().acquire()\n"

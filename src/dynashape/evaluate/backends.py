@@ -77,7 +77,7 @@ class TransformersBackend:
     def __init__(
         self, model_dir: str, *, device: str = "cpu", batch_size: int = 32, fingerprint_layers: int | None = None
     ) -> None:
-        from dynashape.train.policy import load_pretrained
+        from dynashape.runtime.policy import load_pretrained
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -109,7 +109,7 @@ class TransformersBackend:
     ) -> list[Generation]:
         import torch
 
-        from dynashape.train.rollout import left_pad, sample
+        from dynashape.runtime.sampler import left_pad, sample
 
         tok = self.tokenizer
         ids, mask = left_pad([it.prompt_ids for it in batch.items], tok.pad_token_id)

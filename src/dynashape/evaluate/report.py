@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dynashape import state
+from dynashape.io import state
 
 __all__ = ["results_table", "write_report"]
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dynashape.metrics import aes, pass_at_k_curve
+from dynashape.core.metrics import aes, pass_at_k_curve
 
 __all__ = ["AES_CONSTANTS", "add_aes", "aes_or_none", "summarise", "summarise_benchmark"]
 

@@ -20,15 +20,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dynashape import state
 from dynashape.evaluate.backends import Item, choose_backend
 from dynashape.evaluate.benchmarks import Benchmark
 from dynashape.evaluate.cache import GenerationCache, settings_key
 from dynashape.evaluate.protocols import Protocol
 from dynashape.evaluate.results import add_aes, summarise, summarise_benchmark
+from dynashape.io import state
+from dynashape.runtime.model_folder import check_model_folder, model_folder_problem, results_folder
+from dynashape.runtime.prompts import BOXED_INSTRUCTION, PromptConfig, PromptFormat
 from dynashape.train.evaluation import select_problems
-from dynashape.train.model_folder import check_model_folder, model_folder_problem, results_folder
-from dynashape.train.prompts import BOXED_INSTRUCTION, PromptConfig, PromptFormat
 
 __all__ = ["RESULTS_FORMAT", "evaluate_checkpoint", "evaluate_with_base"]
 
@@ -80,7 +80,7 @@ def _plan(
 ) -> _Plan:
     """The settings of one evaluation (results.json's ``protocol``): only the model's files and tokenizer are
     read, so two evaluations can be checked to be comparable before either samples."""
-    from dynashape.train.policy import load_tokenizer
+    from dynashape.runtime.policy import load_tokenizer
 
     if max_problems is not None and max_problems < 1:
         raise ValueError(f"--max-problems must be >= 1, got {max_problems}")
@@ -178,7 +178,7 @@ def _sample_and_score(
     log: Callable[[str], None] | None,
 ) -> dict[str, Any]:
     """``evaluate_checkpoint`` past its checks: sample what the cache lacks, verify, write the folder."""
-    from dynashape.train.progress import progress_bar
+    from dynashape.runtime.progress import progress_bar
 
     settings, selected, n_by = plan.settings, plan.selected, plan.samples
     backend_name = settings["backend"]

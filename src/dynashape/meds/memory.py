@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dynashape import state as state_files
+from dynashape.io import state as state_files
 from dynashape.meds.clustering import (
     BACKENDS,
     CLUSTER_METHODS,

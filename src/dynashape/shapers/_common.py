@@ -6,8 +6,8 @@ from typing import Literal
 
 import torch
 
-from dynashape.batch import RolloutBatch
-from dynashape.groups import Groups, group_max, group_min, whiten
+from dynashape.core.batch import RolloutBatch
+from dynashape.core.groups import Groups, group_max, group_min, whiten
 
 WhitenMode = Literal["token", "sequence", "none"]
 WHITEN_MODES: tuple[str, ...] = ("token", "sequence", "none")

@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
-from dynashape.batch import RolloutBatch
+from dynashape.core.batch import RolloutBatch
 
 __all__ = ["REWARD_CHANNELS", "Shaped", "Shaper", "ShaperNeeds"]
 

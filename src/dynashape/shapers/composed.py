@@ -9,7 +9,7 @@
             return Chain(Correctness(), LeadEfficiency(c.l_min, c.b_max), CVWeights(), DecoupledNormalise(),
                          BatchWhiten(c.whiten))
 
-(tests/test_parts.py builds and checks exactly this one.)
+(tests/shapers/test_parts.py builds and checks exactly this one.)
 
 The chain is built once from the config (`reset`); its state is the tuple of the parts' states, advanced
 exactly once per call and only when the whole chain succeeded (a refused batch moves nothing). `state_dict`
@@ -22,7 +22,7 @@ from abc import abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from dynashape.batch import RolloutBatch
+from dynashape.core.batch import RolloutBatch
 from dynashape.shapers._common import reject_rewards
 from dynashape.shapers.base import Shaped, Shaper
 from dynashape.shapers.parts.flow import Chain, Flow, start

@@ -1,6 +1,6 @@
-"""The field's length-control methods as registered shapers, each a short chain of parts (spec field.md).
+"""The field's length-control methods as registered shapers, each a short chain of parts (docs/field-methods.md).
 
-The maths is in `dynashape.field` (one module per method, with the paper, the official code at the commit
+The maths is in `dynashape.methods` (one module per method, with the paper, the official code at the commit
 read, and where code and paper differ); the configs are that package's. "GRPO" is the library's group
 normalisation (Bessel std, eps 1e-6, 0 for a constant group or a group of one).
 
@@ -21,15 +21,15 @@ normalisation (Bessel std, eps 1e-6, 0 for a constant group or a group of one).
 
 from __future__ import annotations
 
-from dynashape.field.aalc import AalcConfig
-from dynashape.field.adlp import AdlpConfig
-from dynashape.field.alp import AlpConfig
-from dynashape.field.dler import DlerConfig
-from dynashape.field.gfpo import GfpoConfig
-from dynashape.field.l1 import L1ExactConfig, L1MaxConfig
-from dynashape.field.laser import LaserConfig, LaserDConfig
-from dynashape.field.saw import SawConfig
-from dynashape.field.thinkprune import ThinkPruneConfig
+from dynashape.methods.aalc import AalcConfig
+from dynashape.methods.adlp import AdlpConfig
+from dynashape.methods.alp import AlpConfig
+from dynashape.methods.dler import DlerConfig
+from dynashape.methods.gfpo import GfpoConfig
+from dynashape.methods.l1 import L1ExactConfig, L1MaxConfig
+from dynashape.methods.laser import LaserConfig, LaserDConfig
+from dynashape.methods.saw import SawConfig
+from dynashape.methods.thinkprune import ThinkPruneConfig
 from dynashape.shapers.base import ShaperNeeds
 from dynashape.shapers.composed import ComposedShaper
 from dynashape.shapers.parts import (

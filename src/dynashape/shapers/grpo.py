@@ -1,14 +1,14 @@
-"""The GRPO family of baselines (baselines.md): grpo, grpo_length, gdpo, shorterbetter.
+"""The GRPO family of baselines (docs/algorithms.md "Baselines"): grpo, grpo_length, gdpo, shorterbetter.
 
 Each is a frozen keyword-only config plus a stateless chain of parts (`dynashape.shapers.parts`); the math is in
-dynashape.groups.
+dynashape.core.groups.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dynashape._checks import require_choice, require_range
+from dynashape.core.checks import require_choice, require_range
 from dynashape.shapers._common import WHITEN_MODES
 from dynashape.shapers.base import ShaperNeeds
 from dynashape.shapers.composed import ComposedShaper

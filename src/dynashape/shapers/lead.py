@@ -1,4 +1,5 @@
-"""LEAD shaper (lead.md): decoupled normalisation + PSI controller + online per-prompt target length.
+"""LEAD shaper (arXiv 2605.09806; docs/algorithms.md "LEAD"): decoupled normalisation + PSI controller +
+online per-prompt target length.
 
 Paper: LEAD, arXiv 2605.09806, Algorithm 1; conventions of the official code (CrazyMint/LEAD,
 `ray_trainer.compute_advantage`, branch `lead`). One call = one controller update.
@@ -13,11 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
-from dynashape._checks import require_choice, require_range
-from dynashape.batch import RolloutBatch
-from dynashape.controller import ControllerStep, PSIController
-from dynashape.efficiency import EFFICIENCY_MODES, TARGET_MODES
-from dynashape.groups import Groups
+from dynashape.core.batch import RolloutBatch
+from dynashape.core.checks import require_choice, require_range
+from dynashape.core.groups import Groups
+from dynashape.methods.lead.efficiency import EFFICIENCY_MODES, TARGET_MODES
+from dynashape.methods.lead.psi import ControllerStep, PSIController
 from dynashape.shapers._common import F64, WHITEN_MODES
 from dynashape.shapers.base import Shaped, ShaperNeeds
 from dynashape.shapers.composed import ComposedShaper
@@ -129,7 +130,7 @@ class LeadOutput:
     mu: torch.Tensor  # [K]
     sigma: torch.Tensor  # [K]
     groups: Groups
-    metrics: dict[str, float]  # lead.md section 8, namespaced "lead/"
+    metrics: dict[str, float]  # LEAD's logged metrics (docs/algorithms.md "LEAD"), namespaced "lead/"
 
 
 def check_lead_batch(batch: RolloutBatch, config: LeadConfig) -> None:
@@ -201,7 +202,7 @@ def lead_advantages(
 
 
 def lead_metrics(out: LeadOutput, batch: RolloutBatch, prefix: str = "lead") -> dict[str, float]:
-    """The metrics of lead.md section 8 (plus one lambda per extra channel), under `prefix`."""
+    """LEAD's logged metrics (docs/algorithms.md "LEAD") (plus one lambda per extra channel), under `prefix`."""
     return {f"{prefix}/{key.partition('/')[2]}": value for key, value in out.metrics.items()}
 
 

@@ -11,7 +11,7 @@ Conventions shared by the four shapers:
   (`reward_weights` defaults to 1).
 - Normalisation is `groups.group_normalize`: (r - mean_q) / (std_q + eps) with Bessel's std ("unbiased"), or
   centring only ("none"). A group of one rollout and a constant group get advantage exactly 0 (the project's
-  convention, spec lead.md section 3), whatever the reward.
+  convention, docs/algorithms.md "Group statistics"), whatever the reward.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from dynashape._checks import require_choice, require_range
-from dynashape.batch import RolloutBatch
-from dynashape.groups import Groups, group_count, group_max, group_mean, group_min, group_normalize, group_var
+from dynashape.core.batch import RolloutBatch
+from dynashape.core.checks import require_choice, require_range
+from dynashape.core.groups import Groups, group_count, group_max, group_mean, group_min, group_normalize, group_var
 from dynashape.shapers._common import F64, metrics_dict, zero_advantage_frac
 from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds
 from dynashape.shapers.registry import register_shaper

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from dynashape._checks import require_choice, require_range
-from dynashape.batch import RolloutBatch
-from dynashape.groups import Groups, group_normalize
+from dynashape.core.batch import RolloutBatch
+from dynashape.core.checks import require_choice, require_range
+from dynashape.core.groups import Groups, group_normalize
 from dynashape.meds.memory import DEFAULT_MAX_PER_BANK, DEFAULT_MAX_POINTS
 from dynashape.meds.penalty import repeat_penalty
 from dynashape.shapers._common import F64, metrics_dict

@@ -86,7 +86,7 @@ def run_audit(
     import dataclasses
     import time
 
-    from dynashape import state
+    from dynashape.io import state
     from dynashape.rewards import MathVerifier
     from dynashape.train.base_model import load_base
     from dynashape.train.config import RunConfig
@@ -135,7 +135,7 @@ def run_audit(
 
 def write_world_doc(path: Path, audit_text: str) -> None:
     """Replace the audit section of a page (between its markers, e.g. docs/world.md) with ``audit_text``."""
-    from dynashape import state
+    from dynashape.io import state
 
     begin, end = "<!-- audit:begin -->", "<!-- audit:end -->"
     old = path.read_text() if path.exists() else f"# The toy world\n\n{begin}\n{end}\n"

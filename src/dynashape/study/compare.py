@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dynashape import state
-from dynashape._text import counted
+from dynashape.core.text import counted
+from dynashape.io import state
 from dynashape.study.claims import BEST_GLOBAL, GLOBAL_THRESHOLD_BASELINES
-from dynashape.study.presets import make_train_config, tuning_grids, tuning_overrides
 from dynashape.study.scheduler import Job, Outcome, Placement, default_jobs, prepare, require_ray, run_jobs
 from dynashape.train.config import RunConfig
+from dynashape.train.presets import make_train_config, tuning_grids, tuning_overrides
 from dynashape.train.run_folder import read_history
 
 __all__ = [
@@ -103,7 +103,7 @@ def _field_plan() -> ComparisonPlan:
     the rules of ``study.field_presets``, fixed before any run and never tuned. Its controls, GRPO and LEAD, are
     the follow-up's runs at the same seeds (the same base, eval seeds and evaluation), not trained again."""
     from dynashape.study import followup
-    from dynashape.study.field_presets import FIELD_METHODS, FIELD_SEEDS
+    from dynashape.train.field_presets import FIELD_METHODS, FIELD_SEEDS
 
     return ComparisonPlan(
         rows={"tight": FIELD_METHODS, "loose": FIELD_METHODS},
@@ -177,7 +177,7 @@ def spec_config(spec: RunSpec, template: RunConfig, train_overrides: Mapping[str
 # ------------------------------------------------------------------------------------------------ tuning
 def _grid(method: str, regime: str) -> tuple[str, list[dict[str, Any]]]:
     """(key in --set form, overrides of each grid point) of ``method`` in ``regime``."""
-    from dynashape.study.presets import regime_budget
+    from dynashape.train.presets import regime_budget
 
     ((key, _),) = tuning_grids(regime_budget(regime))[method].items()
     return key, tuning_overrides(method, regime=regime)
@@ -384,7 +384,7 @@ def machine() -> dict[str, Any]:
 
 
 def _write_json(path: Path, data: Any, *, compact: bool = False) -> None:
-    """Write atomically (``dynashape.state``); ``compact``: one line per list item (runs.json, one line per run,
+    """Write atomically (``dynashape.io.state``); ``compact``: one line per list item (runs.json, one line per run,
     diffs well in git)."""
     if compact:
         state.write_text(path, "[\n" + ",\n".join(json.dumps(x, separators=(",", ":")) for x in data) + "\n]\n")

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dynashape.study.field_presets import FIELD_METHODS
 from dynashape.study.results_plots import (
     FONT,
     MARKERS,
@@ -17,6 +16,7 @@ from dynashape.study.results_plots import (
     frontier_limits,
     legend_outside,
 )
+from dynashape.train.field_presets import FIELD_METHODS
 
 __all__ = ["CONTROL_STYLES", "plot_field"]
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dynashape import state
+from dynashape.io import state
 from dynashape.study.claims import metric_value
 from dynashape.study.field_runs import (
     CONTROLS,

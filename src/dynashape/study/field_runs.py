@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dynashape import state
+from dynashape.io import state
 from dynashape.study.evaluation_check import EvaluationMismatchError, evaluation_deviations, summarize
 
 __all__ = [

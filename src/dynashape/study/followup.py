@@ -321,7 +321,7 @@ SELECTION_SAMPLES = 64
 def base_pass_at_8(*, samples: int = SELECTION_SAMPLES, seed: int = SELECTION_SEED) -> dict[str, Any]:
     """The candidates of ``SUBSET_RULE`` (test split, in its order) and the shipped base model's unbiased pass@8
     on each, sampled at the default evaluation's temperature, top-p and cap."""
-    from dynashape.metrics import pass_at_k
+    from dynashape.core.metrics import pass_at_k
     from dynashape.rewards import MathVerifier
     from dynashape.train.base_model import load_base
     from dynashape.train.config import RunConfig

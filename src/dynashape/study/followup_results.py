@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dynashape import state
+from dynashape.io import state
 from dynashape.study import followup
 from dynashape.study.claims import METRICS, metric_value
 from dynashape.study.decide import MIN_SEEDS

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dynashape import state
+from dynashape.io import state
 from dynashape.study.evaluation_check import (
     EvaluationMismatchError,
     evaluation_deviations,

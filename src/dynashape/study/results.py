@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dynashape import state
+from dynashape.io import state
 from dynashape.study.claims import GLOBAL_THRESHOLD_BASELINES, evaluate_claims, metric_per_problem, metric_value
 from dynashape.study.results_page import TABLE_METRICS, kept_claims, results_markdown
 from dynashape.study.stats import hierarchical_bootstrap, mean_sd, paired_values, t_interval

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dynashape._text import counted
+from dynashape.core.text import counted
 from dynashape.study.claims import CLAIMS, METRICS, MIN_SEEDS
 from dynashape.study.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
 

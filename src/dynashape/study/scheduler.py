@@ -22,7 +22,7 @@
    estimate of the time left), plain lines that read well in a log file, and one progress bar for the study.
 
 A job is finished when its folder's ``eval.json`` exists for the same config, step count and split; finished
-jobs are reused, not run again. ``train()`` holds its run folder's lock (``dynashape.state.FolderLock``) for the
+jobs are reused, not run again. ``train()`` holds its run folder's lock (``dynashape.io.state.FolderLock``) for the
 whole run, so a restarted study never trains a folder that an orphaned trainer is still writing: that job fails
 with ``FolderBusyError`` naming the orphan's pid, and the others go on.
 """
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dynashape import state
+from dynashape.io import state
 from dynashape.train.config import RunConfig
 from dynashape.train.signals import StudyInterrupted
 
@@ -391,7 +391,7 @@ def run_jobs(
     Jobs returned by ``then`` must share the base models and evaluations of ``prepare``'s configs (callers
     prepare them first).
     """
-    from dynashape.train.progress import progress_bar
+    from dynashape.runtime.progress import progress_bar
     from dynashape.train.signals import stop_requests
 
     if workers is not None and workers < 1:

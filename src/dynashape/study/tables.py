@@ -6,12 +6,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dynashape._text import counted
+from dynashape.core.text import counted
 
 __all__ = ["PUBLISHED_LEAD", "PUBLISHED_MEDS", "compare_markdown", "summarise_runs"]
 
 # LEAD (arXiv 2605.09806), DeepSeek-R1-Distill-Qwen-1.5B, 4K budget, mean over AIME24/25, AMC23, MATH-500,
-# OlympiadBench (spec lead.md "Headline numbers"). Only the values the spec states are listed.
+# OlympiadBench (the LEAD paper's headline table, arXiv 2605.09806). Only the values the spec states are listed.
 PUBLISHED_LEAD: dict[str, dict[str, float]] = {
     "lead": {"accuracy": 53.36, "length": 3714, "aes": 0.68},
 }

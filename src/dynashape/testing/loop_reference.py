@@ -1,4 +1,4 @@
-"""Per-group Python-loop versions of the shaper formulas (lead.md, baselines.md).
+"""Per-group Python-loop versions of the shaper formulas (docs/algorithms.md: LEAD and the baselines).
 
 Inputs are plain lists; outputs are lists of floats. Each function mirrors one vectorised function of the
 package, so an equivalence test can compare them on random batches with unequal groups.

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from dynashape import state
+from dynashape.io import state
 from dynashape.train.config import RunConfig, TrainConfig
 from dynashape.world import Problem, World, get_world
 
@@ -82,8 +82,8 @@ def validation_problems(cfg: RunConfig, world: World) -> list[Problem]:
 def load_base(cfg: RunConfig, *, progress: bool = False, world: World | None = None) -> Base:
     """The base model and tokenizer, the world's train problems and the held-out split ``cfg.eval.split``, as
     the run prompts them (``prompted``); ``world``: ``world_of(cfg)`` when the caller has it already."""
-    from dynashape.train.policy import load_pretrained
-    from dynashape.train.progress import progress_bar
+    from dynashape.runtime.policy import load_pretrained
+    from dynashape.runtime.progress import progress_bar
     from dynashape.train.warmup import load_or_train_base
 
     world = world if world is not None else world_of(cfg)
@@ -122,7 +122,7 @@ def load_base(cfg: RunConfig, *, progress: bool = False, world: World | None = N
 def prompt_format(cfg: RunConfig, tokenizer: Any, world: World | None = None) -> Any:
     """How this run turns problems into prompts: ``cfg.prompt`` on ``tokenizer``, with the world's suffix as
     the default (a dataset's asks for a boxed answer; the chain world's is empty)."""
-    from dynashape.train.prompts import PromptFormat
+    from dynashape.runtime.prompts import PromptFormat
 
     world = world or world_of(cfg)
     return PromptFormat(tokenizer, cfg.prompt, default_suffix=world.prompt_suffix)

@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from dynashape.state import TMP_PREFIX, StateFileError, atomic_folder, read_json, torch_load, torch_save, write_text
+from dynashape.io.state import TMP_PREFIX, StateFileError, atomic_folder, read_json, torch_load, torch_save, write_text
+from dynashape.runtime.model_folder import CHECKPOINT_FILES
 
 __all__ = [
     "CHECKPOINT_FILES",
@@ -43,7 +44,6 @@ __all__ = [
 ]
 
 FORMAT = 1
-CHECKPOINT_FILES: tuple[str, ...] = ("model.pt", "optimizer.pt", "state.pt", "meta.json")
 STATE_KEYS: dict[str, type] = {
     "step": int,
     "stream": dict,

@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dynashape.losses.registry import available_losses
+from dynashape.runtime.policy import ModelConfig
+from dynashape.runtime.prompts import PromptConfig
 from dynashape.shapers import shaper_needs
-from dynashape.train.objectives import available_losses
-from dynashape.train.policy import ModelConfig
-from dynashape.train.prompts import PromptConfig
 from dynashape.train.warmup import WarmupConfig
 from dynashape.world.chain.config import ChainTaskConfig
 

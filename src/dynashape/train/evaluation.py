@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from dynashape.runtime.prompts import encode_questions
+from dynashape.runtime.sampler import Rollouts, sample
 from dynashape.train.config import EvalConfig
-from dynashape.train.prompts import encode_questions
-from dynashape.train.rollout import Rollouts, sample
 from dynashape.world.base import Problem, Samples, World
 
 EVAL_FORMAT = 2
@@ -131,7 +131,7 @@ def wrong_fingerprints(
     """
     from dynashape.meds.capture import FingerprintCapture
     from dynashape.meds.positions import answer_positions, answer_targets
-    from dynashape.train.rollout import sequence_logprobs
+    from dynashape.runtime.sampler import sequence_logprobs
 
     fp = np.full((len(wrong), layers), np.nan)
     index = torch.as_tensor(np.flatnonzero(wrong), dtype=torch.long)
@@ -191,8 +191,7 @@ def evaluate(
     the evaluated problems: ``difficulty``, ``is_trap``, ``n_correct`` (of ``n_samples``) and ``mean_length``;
     ``per_problem_hard`` the same counts (of ``passk_samples``) on the pass@k subset.
     """
-    from dynashape.metrics import pass_at_k_curve
-    from dynashape.train.progress import progress_bar
+    from dynashape.runtime.progress import progress_bar
 
     if not problems:
         raise ValueError("problems must not be empty")
@@ -224,6 +223,42 @@ def evaluate(
     finally:
         if bar is not None:
             bar.close()
+    out = _summary(s, problems, cfg)
+    out.update(_stats_into(world.stats(s), out["per_difficulty"]))
+    if cfg.passk_samples:
+        subset = passk_problems(problems, cfg, world)
+        if subset:
+            h = sample_responses(
+                model,
+                tokenizer,
+                subset,
+                verifier,
+                n=cfg.passk_samples,
+                max_new_tokens=cfg.max_new_tokens,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                seed=cfg.seed + 1,
+                batch_size=cfg.batch_size,
+                device=device,
+                prompt_format=prompt_format,
+            )
+            out.update(_hard_summary(h, subset, cfg.passk_samples))
+    return out
+
+
+def _stats_into(stats: dict[str, Any], per_difficulty: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The world's statistics, its per-difficulty shortcut share moved into ``per_difficulty``."""
+    for d, v in stats.pop("shortcut_per_difficulty", {}).items():
+        per_difficulty[d]["shortcut_frac"] = v
+    return stats
+
+
+def _summary(s: Any, problems: Sequence[Problem], cfg: EvalConfig) -> dict[str, Any]:
+    """The main evaluation's figures from ``n = cfg.n_samples`` samples per problem (``Samples`` ``s``, rows
+    problem-major): accuracy, length, pass@k, per difficulty and per problem."""
+    from dynashape.core.metrics import pass_at_k_curve
+
+    n = cfg.n_samples
     correct = s.correct.reshape(len(problems), n)
     lengths = s.lengths.reshape(len(problems), n).astype(np.float64)
     truncated = s.truncated.reshape(len(problems), n)
@@ -238,7 +273,7 @@ def evaluate(
         }
         for d in np.unique(difficulty)
     }
-    out: dict[str, Any] = {
+    return {
         "accuracy": float(correct.mean()),
         "mean_length": float(lengths.mean()),
         "pass_at_k": {str(int(k)): float(v) for k, v in zip(curve.ks, curve.values, strict=True)},
@@ -259,37 +294,21 @@ def evaluate(
             "mean_length": [float(x) for x in lengths.mean(1)],
         },
     }
-    stats = world.stats(s)
-    for d, v in stats.pop("shortcut_per_difficulty", {}).items():
-        per_difficulty[d]["shortcut_frac"] = v
-    out.update(stats)
-    if cfg.passk_samples:
-        subset = passk_problems(problems, cfg, world)
-        if subset:
-            h = sample_responses(
-                model,
-                tokenizer,
-                subset,
-                verifier,
-                n=cfg.passk_samples,
-                max_new_tokens=cfg.max_new_tokens,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                seed=cfg.seed + 1,
-                batch_size=cfg.batch_size,
-                device=device,
-                prompt_format=prompt_format,
-            )
-            hc = h.correct.reshape(len(subset), cfg.passk_samples)
-            hard_curve = pass_at_k_curve(np.full(len(subset), cfg.passk_samples), hc.sum(1))
-            out["pass_at_k_hard"] = {
-                str(int(k)): float(v) for k, v in zip(hard_curve.ks, hard_curve.values, strict=True)
-            }
-            out["pass_at_k_hard_problems"] = [p.prompt.strip() for p in subset]
-            out["per_problem_hard"] = {
-                "difficulty": [int(p.difficulty) for p in subset],
-                "is_trap": [bool(p.is_trap) for p in subset],
-                "n_correct": [int(c) for c in hc.sum(1)],
-                "n_samples": cfg.passk_samples,
-            }
-    return out
+
+
+def _hard_summary(h: Any, subset: Sequence[Problem], samples: int) -> dict[str, Any]:
+    """pass@k on the hard subset from ``samples`` draws per problem (``Samples`` ``h``, rows problem-major)."""
+    from dynashape.core.metrics import pass_at_k_curve
+
+    hc = h.correct.reshape(len(subset), samples)
+    hard_curve = pass_at_k_curve(np.full(len(subset), samples), hc.sum(1))
+    return {
+        "pass_at_k_hard": {str(int(k)): float(v) for k, v in zip(hard_curve.ks, hard_curve.values, strict=True)},
+        "pass_at_k_hard_problems": [p.prompt.strip() for p in subset],
+        "per_problem_hard": {
+            "difficulty": [int(p.difficulty) for p in subset],
+            "is_trap": [bool(p.is_trap) for p in subset],
+            "n_correct": [int(c) for c in hc.sum(1)],
+            "n_samples": samples,
+        },
+    }

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dynashape import state
+from dynashape.io import state
 from dynashape.train import checkpoint as ckpt
 from dynashape.train.config import RunConfig
 

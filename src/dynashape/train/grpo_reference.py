@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dynashape import state
-from dynashape._text import counted
+from dynashape.core.text import counted
+from dynashape.io import state
 
 __all__ = ["SHIPPED", "load_reference", "reference_line", "summarise_results"]
 

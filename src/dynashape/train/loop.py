@@ -19,16 +19,16 @@ from typing import Any
 
 import torch
 
-from dynashape.train.config import TrainConfig
-from dynashape.train.objectives import LossInputs, get_loss
-from dynashape.train.prompts import encode_questions
-from dynashape.train.rollout import (
+from dynashape.losses.registry import LossInputs, get_loss
+from dynashape.runtime.prompts import encode_questions
+from dynashape.runtime.sampler import (
     Rollouts,
     TokenStats,
     concat_rollouts,
     sample,
     sequence_logprobs,
 )
+from dynashape.train.config import TrainConfig
 from dynashape.world.base import Problem
 
 __all__ = ["PromptStream", "StepOutput", "Trainer", "reward_columns"]
@@ -145,7 +145,7 @@ class Trainer:
         prompt_format: Any = None,
         validation: Sequence[Problem] = (),
     ) -> None:
-        from dynashape import get_shaper
+        from dynashape.shapers import get_shaper
 
         if cfg.kl_coef > 0 and ref_model is None:
             raise ValueError(f"kl_coef={cfg.kl_coef} > 0 needs a ref_model")
@@ -236,7 +236,7 @@ class Trainer:
         before training too), handed to a shaper that reads it (AALC); and a monitor set's rollouts, every
         ``refresh_every`` steps of the shaper's config from step 0, for a shaper that reads them (LASER-D, with
         its ``n_rollout`` samples per prompt)."""
-        from dynashape import RolloutBatch
+        from dynashape.core.batch import RolloutBatch
 
         cfg, needs, metrics = self.cfg, self.shaper.needs, {}
         if cfg.validation_every and self.step_index % cfg.validation_every == 0:
@@ -399,7 +399,7 @@ class Trainer:
     # -- the step ----------------------------------------------------------------------------------------
     def step(self) -> StepOutput:
         """One RL step; advances data position, RNG, shaper state and weights exactly once."""
-        from dynashape import RolloutBatch
+        from dynashape.core.batch import RolloutBatch
 
         cfg = self.cfg
         timings = {"sample": 0.0, "verify": 0.0, "old_logprob": 0.0, "shape": 0.0, "update": 0.0}

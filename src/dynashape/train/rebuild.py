@@ -11,7 +11,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from dynashape import state
+from dynashape.io import state
 from dynashape.train.config import RunConfig
 from dynashape.train.warmup import MANIFEST, base_model_key, train_base, write_manifest
 from dynashape.world.base import World
@@ -68,7 +68,7 @@ def rebuild_base(
 
     ``cfg`` (default: the defaults, whose base ships) sets the task, model and warm-up; ``world`` the world
     (default: ``ChainWorld(cfg.task)``)."""
-    from dynashape.train.progress import progress_bar
+    from dynashape.runtime.progress import progress_bar
 
     cfg = cfg or RunConfig()
     world = world or ChainWorld(cfg.task)

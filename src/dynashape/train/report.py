@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dynashape import state
-from dynashape._text import counted
+from dynashape.core.text import counted
+from dynashape.io import state
 from dynashape.train.grpo_reference import load_reference, reference_line
 
 __all__ = ["summarise_lambda", "write_report"]

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dynashape.provenance import code_version, numeric_platform
+from dynashape.io.provenance import code_version, numeric_platform
+from dynashape.runtime.model_folder import check_model_folder
 from dynashape.train import checkpoint as ckpt
 from dynashape.train.base_model import (
     Base,
@@ -31,7 +32,6 @@ from dynashape.train.base_model import (
     world_of,
 )
 from dynashape.train.config import RunConfig
-from dynashape.train.model_folder import check_model_folder
 from dynashape.train.run_folder import RunFolder, read_metrics
 from dynashape.train.signals import RunInterrupted, stop_requests
 from dynashape.world import World
@@ -153,7 +153,7 @@ def check_runnable(cfg: RunConfig) -> World:
 
 def check_shaper(cfg: RunConfig) -> None:
     """Refuse shaper parameters the shaper's config dataclass refuses, naming the shaper."""
-    from dynashape import config_class
+    from dynashape.shapers import config_class
 
     try:
         config_class(cfg.train.shaper)(**cfg.train.shaper_kwargs)
@@ -229,7 +229,7 @@ def _train_steps(
     TensorBoard) before the next begins; checkpoints every ``checkpoint_every`` steps and at the end."""
     import json
 
-    from dynashape.train.progress import progress_bar
+    from dynashape.runtime.progress import progress_bar
 
     total, every = cfg.train.steps, cfg.train.checkpoint_every
     writer = folder.tensorboard(first_step=trainer.step_index + 1)
@@ -302,7 +302,7 @@ def run_summary(
     resumed_from: int | None,
 ) -> dict[str, Any]:
     """eval.json's content (without its timings): base vs final, AES, the lambda trajectory of LEAD runs."""
-    from dynashape.metrics import aes
+    from dynashape.core.metrics import aes
 
     budget = cfg.train.max_new_tokens
     for ev in (base_eval, final_eval):  # how much of the held-out output the training budget would cut

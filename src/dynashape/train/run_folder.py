@@ -10,7 +10,7 @@
     run_dir/tb/                  TensorBoard scalars, when tensorboard is installed (``dynashape[tensorboard]``)
     run_dir/.lock, .lock.pid     the lock a training run holds on the folder, and the pid of its holder
 
-Every file here is replaced atomically (``dynashape.state``), so a kill leaves the old file or the new one; the
+Every file here is replaced atomically (``dynashape.io.state``), so a kill leaves the old file or the new one; the
 temporaries a kill leaves behind are removed by the next run, under the folder's lock.
 """
 
@@ -21,7 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from dynashape import state
+from dynashape.io import state
 from dynashape.train import checkpoint as ckpt
 
 __all__ = ["RunFolder", "read_history", "read_metrics"]

@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from dynashape import state
-from dynashape.provenance import cpu_model
-from dynashape.train.policy import ModelConfig, build_policy
+from dynashape.io import state
+from dynashape.io.provenance import cpu_model
+from dynashape.runtime.policy import ModelConfig, build_policy
 from dynashape.world.base import Problem, World
 
 __all__ = [

@@ -21,9 +21,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from dynashape.datasets import load_math_problems
 from dynashape.meds.keys import prompt_key
 from dynashape.world.base import BOXED_INSTRUCTION, Problem, Splits, World
+from dynashape.world.dataset_files import load_math_problems
 
 __all__ = ["NAMED_DATASETS", "DatasetWorld", "load_dataset_problems", "named_dataset_files"]
 
@@ -66,8 +66,8 @@ def _problems(items: list) -> list[Problem]:
 
 
 def load_dataset_problems(path: str | Path, *, seed: int = 0) -> tuple[list[Problem], list[Problem]]:
-    """(train, test) problems from a dataset file read by `dynashape.datasets.load_math_problems`; prompts end
-    with a newline like the toy's; the difficulty is the file's level (0 when absent)."""
+    """(train, test) problems from a dataset file read by `dynashape.world.dataset_files.load_math_problems`;
+    prompts end with a newline like the toy's; the difficulty is the file's level (0 when absent)."""
     if not Path(path).is_file() and str(path) in NAMED_DATASETS:
         train_file, test_file = named_dataset_files(str(path))
         # MATH's train split has 2 multiple-choice rows without a boxed answer: left out, not refused

@@ -3,7 +3,7 @@
 Each function takes plain lists / arrays (no model, no sampling) so that it can be worked by hand on a
 tiny fixture (``tests/train/test_world_metrics.py``). Library parts do the standard pieces: the adjusted
 Rand index is scikit-learn's, the clustering is the MEDS memory's HDBSCAN (``dynashape.meds.clustering``),
-the eigen ratio is ``dynashape.metrics.top1_eigen_ratio``.
+the eigen ratio is ``dynashape.core.metrics.top1_eigen_ratio``.
 """
 
 from __future__ import annotations
@@ -144,11 +144,11 @@ def cluster_mode_ari(
 
 
 def wrong_eigen_ratio(fingerprints: np.ndarray) -> float:
-    """Top-1 eigen ratio (``dynashape.metrics.top1_eigen_ratio``) of the L2-normalised wrong-answer
+    """Top-1 eigen ratio (``dynashape.core.metrics.top1_eigen_ratio``) of the L2-normalised wrong-answer
     fingerprints: the share of their variance along one direction (lower = errors spread over more
     directions, MEDS's diversity measure). NaN with fewer than 2 rows."""
+    from dynashape.core.metrics import top1_eigen_ratio
     from dynashape.meds.clustering import l2_normalize_rows
-    from dynashape.metrics import top1_eigen_ratio
 
     x = np.asarray(fingerprints, dtype=np.float64)
     if x.ndim != 2:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dynashape.batch import RolloutBatch, group_ids_from_uids
+from dynashape.core.batch import RolloutBatch, group_ids_from_uids
 
 __all__ = [
     "DEFAULT_BUDGET_KEY",

@@ -50,8 +50,8 @@ from dynashape.integrations.verl.estimators import (
 )
 from dynashape.integrations.verl.settings import FIRST_VALIDATION_METRIC
 from dynashape.integrations.verl.state import read_state_file, run_identity, state_path, write_state_file
+from dynashape.io.state import StateFileError
 from dynashape.shapers import shaper_needs
-from dynashape.state import StateFileError
 
 __all__ = [
     "load_shaper_state",

@@ -21,7 +21,7 @@ without the key counts as not validated).
 A file whose ``run`` differs from the resuming run's ``trainer.project_name`` / ``trainer.experiment_name`` is
 refused (a ``StateFileError``, a ValueError, naming the file and both runs), as is any file that is not such a
 plain payload (empty, truncated, or needing arbitrary unpickling). Files are written and read through
-``dynashape.state``.
+``dynashape.io.state``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from dynashape.state import StateFileError, torch_load, torch_save
+from dynashape.io.state import StateFileError, torch_load, torch_save
 
 __all__ = [
     "STATE_FORMAT",
@@ -94,7 +94,7 @@ def state_path(config: Any, estimator: str, global_step: int, state_dir: str | N
 
 
 def save_state_atomic(state: Mapping[str, Any], path: str) -> None:
-    """``torch.save`` of ``state`` (as a dict) to ``path`` atomically (``dynashape.state.torch_save``)."""
+    """``torch.save`` of ``state`` (as a dict) to ``path`` atomically (``dynashape.io.state.torch_save``)."""
     torch_save(path, dict(state))
 
 

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dynashape.batch import RolloutBatch
+from dynashape.core.batch import RolloutBatch
 from dynashape.integrations._prompts import prompt_key_of, prompt_text
 from dynashape.integrations.verl.checks import check_config
 from dynashape.integrations.verl.convert import budgets_from_non_tensor, group_ids_from_index

@@ -1,4 +1,4 @@
-"""First-class parts of a shaper (design.md, "Shapers from parts"): reward channels, weight controllers,
+"""First-class parts of a shaper (docs/architecture.md): reward channels, weight controllers,
 normalisations and filters, each a pure ``init`` plus ``update(flow, state) -> (flow, state)``.
 
 A new method is a few lines: LEAD's channels with static weights instead of its PSI controller,

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dynashape.efficiency import efficiency_reward, target_lengths
-from dynashape.groups import group_count, group_mean, group_min
+from dynashape.core.groups import group_count, group_mean, group_min
+from dynashape.methods.lead.efficiency import efficiency_reward, target_lengths
 from dynashape.shapers._common import F64, metrics_dict
 from dynashape.shapers.parts.flow import Flow, Stateless
 
@@ -123,12 +123,12 @@ class DistanceToShortest(Stateless):
 
 @dataclass(frozen=True)
 class LeadEfficiency(Stateless):
-    """LEAD's efficiency channel r_l (lead.md sections 1-2): the per-prompt target L*_q from the correct
-    rollouts' lengths (clamped to [l_min, b_max], b_max on an unsolved prompt), then
+    """LEAD's efficiency channel r_l (arXiv 2605.09806; docs/algorithms.md "LEAD"): the per-prompt target L*_q
+    from the correct rollouts' lengths (clamped to [l_min, b_max], b_max on an unsolved prompt), then
     r_l = max(-1, 1 - |l - L*| / L*) (symmetric) or max(-1, min(0, 1 - l / L*)) (upper_only); range [-1, 1].
 
     Its batch statistics read the correct rollouts only. Keeps the targets as ``values["targets"]`` [G] and
-    logs the target metrics of lead.md section 8 under `namespace` (`EfficiencyMetrics` logs r_l's).
+    logs LEAD's target metrics (docs/algorithms.md "LEAD") under `namespace` (`EfficiencyMetrics` logs r_l's).
     """
 
     l_min: float = 1000

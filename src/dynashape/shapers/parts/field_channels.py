@@ -1,4 +1,4 @@
-"""Reward channel parts of the field's length methods, over the pure functions of `dynashape.field`.
+"""Reward channel parts of the field's length methods, over the pure functions of `dynashape.methods`.
 
 Stateless: `BudgetDistance` (L1-Exact's -|n_gold - n_y|), `L1MaxScore`, `LengthPenalty` (-l, A-DLP's),
 `CappedCorrect` (DLER's and ThinkPrune's 1[correct and l <= L]), `LaserBonus`, `SolveRateLength` (ALP).
@@ -15,13 +15,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from dynashape.batch import RolloutBatch
-from dynashape.field.aalc import AalcConfig, AalcSchedule, aalc_reward
-from dynashape.field.alp import alp_reward
-from dynashape.field.dler import dler_reward
-from dynashape.field.l1 import l1_max_reward
-from dynashape.field.laser import LaserDConfig, LaserDTargets, laser_d_reward, laser_reward
-from dynashape.field.thinkprune import CapSchedule, ThinkPruneConfig, thinkprune_reward
+from dynashape.core.batch import RolloutBatch
+from dynashape.methods.aalc import AalcConfig, AalcSchedule, aalc_reward
+from dynashape.methods.alp import alp_reward
+from dynashape.methods.dler import dler_reward
+from dynashape.methods.l1 import l1_max_reward
+from dynashape.methods.laser import LaserDConfig, LaserDTargets, laser_d_reward, laser_reward
+from dynashape.methods.thinkprune import CapSchedule, ThinkPruneConfig, thinkprune_reward
 from dynashape.shapers._common import F64
 from dynashape.shapers.parts.flow import Flow, Holds, Stateless
 
@@ -63,7 +63,7 @@ class BudgetDistance(Stateless):
 
 @dataclass(frozen=True)
 class L1MaxScore(Stateless):
-    """LCPO-Max's whole reward, correctness times (or plus) the budget score (`dynashape.field.l1_max_reward`;
+    """LCPO-Max's whole reward, correctness times (or plus) the budget score (`dynashape.methods.l1_max_reward`;
     its docstring says where code and paper differ). Reads ``batch.budgets``."""
 
     alpha: float = 3e-4
@@ -89,7 +89,7 @@ class LengthPenalty(Stateless):
 
 @dataclass(frozen=True)
 class CappedCorrect(Stateless):
-    """1[correct and l <= max_length] (DLER's truncation reward, `dynashape.field.dler_reward`)."""
+    """1[correct and l <= max_length] (DLER's truncation reward, `dynashape.methods.dler_reward`)."""
 
     max_length: float = 4000
 
@@ -100,7 +100,7 @@ class CappedCorrect(Stateless):
 
 @dataclass(frozen=True)
 class LaserBonus(Stateless):
-    """LASER's reward c + alpha 1[correct and l <= L_T] (`dynashape.field.laser_reward`)."""
+    """LASER's reward c + alpha 1[correct and l <= L_T] (`dynashape.methods.laser_reward`)."""
 
     alpha: float = 0.5
     target_length: float = 4096
@@ -113,7 +113,7 @@ class LaserBonus(Stateless):
 
 @dataclass(frozen=True)
 class SolveRateLength(Stateless):
-    """ALP's reward c - beta |y| max(p_solved, 1/K) (`dynashape.field.alp_reward`)."""
+    """ALP's reward c - beta |y| max(p_solved, 1/K) (`dynashape.methods.alp_reward`)."""
 
     beta: float = 1e-7
 
@@ -124,7 +124,7 @@ class SolveRateLength(Stateless):
 
 @dataclass(frozen=True)
 class ScheduledCap(Holds):
-    """ThinkPrune's 1[correct and l <= L_t] with L_t from a step schedule (`dynashape.field.CapSchedule`,
+    """ThinkPrune's 1[correct and l <= L_t] with L_t from a step schedule (`dynashape.methods.CapSchedule`,
     `thinkprune_reward`). State ``{"steps": int}``, advanced once per call. Logs ``namespace/max_length``."""
 
     config: ThinkPruneConfig
@@ -145,7 +145,7 @@ class ScheduledCap(Holds):
 
 @dataclass(frozen=True)
 class LaserDBonus(Holds):
-    """LASER-D's bonus with the target of each rollout's difficulty bucket (`dynashape.field.laser_d_reward`).
+    """LASER-D's bonus with the target of each rollout's difficulty bucket (`dynashape.methods.laser_d_reward`).
 
     State ``{"targets": [low, medium, high], "refreshes": int}`` (a None target is the batch's longest
     response). ``observe(monitor=batch)`` re-chooses the targets from a monitor set's rollouts (a
@@ -179,7 +179,7 @@ class LaserDBonus(Holds):
 
 @dataclass(frozen=True)
 class AalcReward(Holds):
-    """AALC's reward alpha_t c + c_len R_len under the last validation accuracy (`dynashape.field.aalc_reward`;
+    """AALC's reward alpha_t c + c_len R_len under the last validation accuracy (`dynashape.methods.aalc_reward`;
     1[correct] before the first validation). AALC's schedule and its length term read the same accuracy, so
     the method stays one part. State ``{"val_accuracy": float | None}``, set by
     ``observe(validation_accuracy=a)``. Logs val_accuracy and alpha once known."""

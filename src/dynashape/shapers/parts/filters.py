@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dynashape.field.gfpo import AdaptiveKeep, GfpoConfig, gfpo_keep_mask
+from dynashape.methods.gfpo import AdaptiveKeep, GfpoConfig, gfpo_keep_mask
 from dynashape.shapers.parts.flow import Flow, Holds
 from dynashape.shapers.parts.normalise import scalarise
 
@@ -19,9 +19,9 @@ __all__ = ["KeepBest"]
 @dataclass(frozen=True)
 class KeepBest(Holds):
     """GFPO's filter (arXiv 2508.09726): per group, keep the k shortest ("length") or the k highest reward per
-    token ("reward_per_token") of the scalarised reward (`dynashape.field.gfpo_keep_mask`; ties to the earlier
+    token ("reward_per_token") of the scalarised reward (`dynashape.methods.gfpo_keep_mask`; ties to the earlier
     row). With ``adaptive_keep`` set, k comes from the difficulty quartile of each group's mean reward over a
-    window of recent groups (`dynashape.field.AdaptiveKeep`), whose state is ``{"history": [floats]}``;
+    window of recent groups (`dynashape.methods.AdaptiveKeep`), whose state is ``{"history": [floats]}``;
     otherwise the part is stateless. Logs ``namespace/kept_fraction``."""
 
     config: GfpoConfig

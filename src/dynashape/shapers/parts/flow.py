@@ -1,4 +1,4 @@
-"""Parts of a shaper and the value that flows through them (design.md, "Shapers from parts").
+"""Parts of a shaper and the value that flows through them (docs/architecture.md).
 
 A part is the idea of optax's gradient transformations applied to advantages: a pure ``init() -> state`` and
 ``update(flow, state) -> (flow, state)``, with its state plain values (floats, lists, dicts: what a JSON file
@@ -20,8 +20,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from dynashape.batch import RolloutBatch
-from dynashape.groups import Groups
+from dynashape.core.batch import RolloutBatch
+from dynashape.core.groups import Groups
 from dynashape.shapers.base import Shaped
 
 __all__ = ["Chain", "Flow", "Holds", "Part", "Stateless", "start"]
@@ -140,7 +140,7 @@ class Stateless:
 
 
 class Holds:
-    """Mixin of a part whose state is that of one layer-2 object (a `dynashape.field` controller, the PSI
+    """Mixin of a part whose state is that of one layer-2 object (a `dynashape.methods` controller, the PSI
     controller): the subclass says how to build a fresh one (`fresh`), and the part's state is its
     ``state_dict()``, read back through its ``load_state_dict`` (which refuses corrupt state)."""
 

@@ -14,8 +14,8 @@ from typing import Literal
 
 import torch
 
-from dynashape.field.dler import dler_advantages
-from dynashape.groups import Groups, group_normalize
+from dynashape.core.groups import Groups, group_normalize
+from dynashape.methods.dler import dler_advantages
 from dynashape.shapers._common import F64, batch_whiten, metrics_dict, zero_advantage_frac
 from dynashape.shapers.parts.flow import Flow, Stateless
 

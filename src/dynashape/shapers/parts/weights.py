@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from dynashape.controller import PSIController
-from dynashape.field.adlp import AdlpConfig, AdlpController, adlp_lambda_update
-from dynashape.field.saw import saw_weights
-from dynashape.groups import total_variance_stats
+from dynashape.core.groups import total_variance_stats
+from dynashape.methods.adlp import AdlpConfig, AdlpController, adlp_lambda_update
+from dynashape.methods.lead.psi import PSIController
+from dynashape.methods.saw import saw_weights
 from dynashape.shapers._common import F64, metrics_dict
 from dynashape.shapers.parts.flow import Flow, Holds, Stateless
 
@@ -40,7 +40,7 @@ class StaticWeights(Stateless):
 
 @dataclass(frozen=True)
 class PSIWeights(Holds):
-    """LEAD's Potential-Scaled-Instability controller (lead.md sections 4-6) as a part.
+    """LEAD's Potential-Scaled-Instability controller (arXiv 2605.09806; docs/algorithms.md "LEAD") as a part.
 
     Reads the raw channels and their statistics masks: mu_k, sigma_k by the law of total variance, then
     PSI target weights, the EMA with factor beta from 1/K, the floor lambda_min on channel 0 (never written
@@ -96,7 +96,7 @@ class PSIWeights(Holds):
 class DualAscent(Holds):
     """A-DLP's dual ascent on the weight of a length channel (arXiv 2505.18298, Eq. 6), channels (c, -l):
     weights (1, lambda_t) this step, then lambda_{t+1} = max(0, lambda_t + eta (acc_t - acc_ref)) from the
-    batch's accuracy (`dynashape.field.adlp_lambda_update`). State: ``{"lambda": float, "n_updates": int}``.
+    batch's accuracy (`dynashape.methods.adlp_lambda_update`). State: ``{"lambda": float, "n_updates": int}``.
     Logs lambda (the one used), lambda_next and accuracy under `namespace`."""
 
     lambda0: float = 1e-3
@@ -128,7 +128,7 @@ class DualAscent(Holds):
 class CVWeights(Stateless):
     """SAW's coefficient-of-variation weights (arXiv 2606.07705): w_k = K CV_k / (sum_j CV_j + eps) over the
     batch, CV_k = std(r_k) / (|mean(r_k)| + eps), channel 0 shifted by `correctness_offset` for its CV
-    (`dynashape.field.saw_weights`). Recomputed every batch (no state). Logs weight_k and cv_k."""
+    (`dynashape.methods.saw_weights`). Recomputed every batch (no state). Logs weight_k and cv_k."""
 
     eps: float = 1e-8
     correctness_offset: float = 3.0

@@ -1,0 +1,1 @@
+"""Files: atomic state files, locks, provenance. The package writes files only through here."""
