@@ -141,3 +141,59 @@ def test_the_shipped_base_model_and_rules_are_package_data():
     for path in shipped:
         rel = str(path.relative_to(ROOT))
         assert any(fnmatch.fnmatch(rel, pat) for pat in patterns), f"{rel} is not package data"
+
+
+# Calls that write, delete or move files. Receivers named here only when the name alone would be ambiguous
+# (``str.replace`` is not ``os.replace``); ``state.*`` is io's own module imported under its name.
+_WRITING_METHODS = {"savefig", "mkdir", "write_text", "write_bytes", "touch", "unlink", "rmdir", "symlink_to"}
+_WRITING_CALLS = {
+    ("os", "replace"), ("os", "rename"), ("os", "remove"), ("os", "makedirs"), ("os", "mkdir"), ("os", "unlink"),
+    ("torch", "save"), ("json", "dump"), ("shutil", "copy"), ("shutil", "copyfile"), ("shutil", "copytree"),
+    ("shutil", "move"), ("shutil", "rmtree"),
+}  # fmt: skip
+_IO_NAMES = {"state", "state_files"}
+
+
+def file_writes(source: str) -> list[str]:
+    """Each call in ``source`` that writes, moves or deletes a file by itself (not through ``dynashape.io``):
+    ``"line: call"``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        fn = node.func
+        receiver = ast.unparse(fn.value) if isinstance(fn, ast.Attribute) else None
+        name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
+        method = receiver is not None and name in _WRITING_METHODS and receiver not in _IO_NAMES
+        writes = (receiver, name) in _WRITING_CALLS or method
+        if name in ("open", "rename") and receiver not in _IO_NAMES | {"os"}:
+            mode = node.args[1] if name == "open" and receiver is None and len(node.args) > 1 else None
+            mode = mode or (node.args[0] if name == "open" and receiver is not None and node.args else None)
+            mode = next((k.value for k in node.keywords if k.arg == "mode"), mode)
+            writes = name == "rename" or (isinstance(mode, ast.Constant) and bool(set(str(mode.value)) & set("wax+")))
+        if writes:
+            found.append(f"{node.lineno}: {ast.unparse(fn)}")
+    return found
+
+
+def test_only_io_writes_files():
+    """Every file the package writes goes through ``dynashape.io`` (atomic replace, fsync, one error type). Two
+    writers stay outside by design, each into a folder io made: transformers' ``save_pretrained`` inside
+    ``io.state.atomic_folder``, and TensorBoard's event writer in a run's ``tb/``."""
+    offenders = {
+        str(p.relative_to(ROOT)): found
+        for p in sorted(ROOT.rglob("*.py"))
+        if p.relative_to(ROOT).parts[0] != "io" and (found := file_writes(p.read_text()))
+    }
+    assert offenders == {}
+
+
+def test_the_writes_checker_catches_each_kind_of_write():
+    source = (
+        "def f(p, fig, x):\n"
+        "    p.write_text('a')\n    fig.savefig(p)\n    p.parent.mkdir(parents=True)\n    open(p, 'w')\n"
+        "    p.open('ab')\n    os.replace(p, p)\n    torch.save(x, p)\n    p.rename(p)\n"
+        "    state.write_text(p, 'a')\n    open(p)\n    p.open('rb')\n    'a'.replace('a', 'b')\n"
+        "    dataclasses.replace(x)\n    write_text(p, 'a')\n"
+    )
+    assert [line.split(":")[0] for line in file_writes(source)] == ["2", "3", "4", "5", "6", "7", "8", "9"]

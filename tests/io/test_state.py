@@ -309,3 +309,45 @@ def test_the_state_errors_survive_pickling_as_a_process_pool_or_ray_sends_them(t
         back = pickle.loads(pickle.dumps(err))
         assert type(back) is type(err) and str(back) == str(err)
         assert {k: v for k, v in vars(back).items()} == vars(err)
+
+
+def test_append_text_ends_a_torn_line_before_appending(tmp_path):
+    path = tmp_path / "new" / "log.jsonl"
+    state.append_text(path, '{"a": 1}\n')
+    with path.open("ab") as f:  # a kill mid-append leaves a line without its newline
+        f.write(b'{"b": ')
+    state.append_text(path, '{"c": 3}\n')
+    state.append_text(path, "")
+    assert path.read_text().splitlines() == ['{"a": 1}', '{"b": ', '{"c": 3}']
+
+
+def test_save_figure_replaces_atomically_and_keeps_the_old_image_on_failure(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    path = tmp_path / "plot.png"
+    state.save_figure(fig, path, dpi=50)
+    first = path.read_bytes()
+    assert first[:8] == b"\x89PNG\r\n\x1a\n"
+
+    class Broken:
+        def savefig(self, handle, **kw):
+            handle.write(b"half")
+            raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        state.save_figure(Broken(), path)
+    assert path.read_bytes() == first
+    assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]  # no temporary left beside it
+    plt.close(fig)
+
+
+def test_make_folder_and_rename_aside(tmp_path):
+    folder = state.make_folder(tmp_path / "a" / "b")
+    assert folder.is_dir() and state.make_folder(folder) == folder
+    (folder / "x").write_text("kept")
+    moved = state.rename_aside(folder, ".broken-b")
+    assert moved == tmp_path / "a" / ".broken-b" and (moved / "x").read_text() == "kept" and not folder.exists()

@@ -13,10 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from dynashape.io import state
 
 __all__ = ["GenerationCache", "SampleKey", "settings_key"]
 
@@ -67,14 +68,4 @@ class GenerationCache:
         lines = "".join(json.dumps({"key": self.key, **r}) + "\n" for r in records)
         if not lines:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("ab") as f:
-            # a torn last line without its newline would swallow the first new line: end it first
-            if f.tell() > 0:
-                with self.path.open("rb") as tail:
-                    tail.seek(-1, os.SEEK_END)
-                    if tail.read(1) != b"\n":
-                        f.write(b"\n")
-            f.write(lines.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
+        state.append_text(self.path, lines)

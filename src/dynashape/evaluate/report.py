@@ -81,7 +81,7 @@ def _plots(out: Path, results: Mapping[str, Any], base_folder: Path | None) -> l
     ax.set(xlabel="k", ylabel="pass@k", ylim=(0, 1.02), title="unbiased pass@k")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "passk.png", dpi=110)
+    state.save_figure(fig, out / "passk.png", dpi=110)
     plt.close(fig)
     written.append("passk.png")
 
@@ -95,7 +95,7 @@ def _plots(out: Path, results: Mapping[str, Any], base_folder: Path | None) -> l
         ax.set(title=name, xlabel="response tokens")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "lengths.png", dpi=110)
+    state.save_figure(fig, out / "lengths.png", dpi=110)
     plt.close(fig)
     written.append("lengths.png")
     return written

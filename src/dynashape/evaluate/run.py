@@ -182,7 +182,7 @@ def _sample_and_score(
 
     settings, selected, n_by = plan.settings, plan.selected, plan.samples
     backend_name = settings["backend"]
-    out.mkdir(parents=True, exist_ok=True)
+    state.make_folder(out)
     with state.FolderLock(out, what="an evaluation (dynashape evaluate)"):
         start = time.perf_counter()
         engine = _make_backend(

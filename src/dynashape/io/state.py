@@ -35,10 +35,15 @@ __all__ = [
     "FolderBusyError",
     "FolderLock",
     "StateFileError",
+    "append_text",
+    "appending",
     "atomic_folder",
+    "make_folder",
     "read_json",
     "read_yaml",
     "remove_stale_temporaries",
+    "rename_aside",
+    "save_figure",
     "torch_load",
     "torch_save",
     "write_bytes",
@@ -139,6 +144,55 @@ def torch_save(path: str | os.PathLike[str], obj: Any) -> None:
 
     with _replacing(path) as handle:
         torch.save(obj, handle)
+
+
+def make_folder(path: str | os.PathLike[str]) -> Path:
+    """Create ``path`` and its parents if missing (``mkdir -p``); return it as a Path."""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], **savefig_kwargs: Any) -> None:
+    """``fig.savefig`` to ``path`` atomically (a kill leaves the old image or the new one); the format is the
+    suffix's (``.png``) unless ``format`` is given."""
+    savefig_kwargs.setdefault("format", Path(path).suffix.lstrip(".") or None)
+    with _replacing(path) as handle:
+        fig.savefig(handle, **savefig_kwargs)
+
+
+def append_text(path: str | os.PathLike[str], text: str) -> None:
+    """Append ``text`` (UTF-8) to ``path`` and fsync, so it survives a kill once this returns.
+
+    A torn last line (a kill mid-append: no final newline) is ended first, so it cannot swallow the first new
+    line; a reader skips the torn line alone."""
+    if not text:
+        return
+    target = Path(path)
+    make_folder(target.parent)
+    with target.open("ab") as handle:
+        if handle.tell() > 0:
+            with target.open("rb") as tail:
+                tail.seek(-1, os.SEEK_END)
+                if tail.read(1) != b"\n":
+                    handle.write(b"\n")
+        handle.write(text.encode("utf-8"))
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+@contextlib.contextmanager
+def appending(path: str | os.PathLike[str]) -> Iterator[Any]:
+    """A text handle appending to ``path`` (a log a loop writes line by line; the caller flushes each line)."""
+    with Path(path).open("a") as handle:
+        yield handle
+
+
+def rename_aside(path: str | os.PathLike[str], new_name: str) -> Path:
+    """Rename ``path`` to ``new_name`` in the same folder (kept, never deleted); return the new path."""
+    target = Path(path).with_name(new_name)
+    Path(path).rename(target)
+    return target
 
 
 def _read_text(path: str | os.PathLike[str]) -> str:

@@ -118,7 +118,7 @@ def run_audit(
     audit["eval_cap_sampled"] = cfg.eval.max_new_tokens
     audit["base_model"] = base.meta
     audit["seconds"] = time.perf_counter() - start
-    out_dir.mkdir(parents=True, exist_ok=True)
+    state.make_folder(out_dir)
     state.write_text(out_dir / "audit.json", json.dumps(audit, indent=1))
     header = "## Audit of the base model (`dynashape audit --write-rules FILE --docs docs/world.md`)\n"
     text = audit_markdown(audit, header=header)

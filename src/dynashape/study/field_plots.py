@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dynashape.io import state
 from dynashape.study.results_plots import (
     FONT,
     MARKERS,
@@ -178,16 +179,16 @@ def plot_field(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
             zoom.remove()
             fig.set_size_inches(10.5, 5.8)
         if drawn:
-            folder.mkdir(parents=True, exist_ok=True)
+            state.make_folder(folder)
             fig.tight_layout()
-            fig.savefig(folder / f"frontier_{regime}.png", dpi=100)
+            state.save_figure(fig, folder / f"frontier_{regime}.png", dpi=100)
             written.append(folder / f"frontier_{regime}.png")
         plt.close(fig)
         fig = plt.figure(figsize=(13, 7))
         if _controllers(fig, results, regime):
-            folder.mkdir(parents=True, exist_ok=True)
+            state.make_folder(folder)
             fig.tight_layout()
-            fig.savefig(folder / f"controllers_{regime}.png", dpi=100)
+            state.save_figure(fig, folder / f"controllers_{regime}.png", dpi=100)
             written.append(folder / f"controllers_{regime}.png")
         plt.close(fig)
     return written

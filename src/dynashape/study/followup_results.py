@@ -291,9 +291,9 @@ def plot_paired_differences(results: Mapping[str, Any], folder: Path) -> list[Pa
     ]
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=10, bbox_to_anchor=(0.5, 0.0))
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    folder.mkdir(parents=True, exist_ok=True)
+    state.make_folder(folder)
     path = folder / "paired_differences.png"
-    fig.savefig(path, dpi=100)
+    state.save_figure(fig, path, dpi=100)
     plt.close(fig)
     return [path]
 
@@ -319,7 +319,7 @@ def write_followup_results(
 
         kept = preregistration_markdown().replace(CLAIMS_BEGIN, "").replace(CLAIMS_END, "").strip("\n") + "\n"
     rel = [str(p.relative_to(report.parent)) for p in written]
-    report.parent.mkdir(parents=True, exist_ok=True)
+    state.make_folder(report.parent)
     state.write_text(report.with_suffix(".json"), json.dumps(json_clean(results), indent=1, allow_nan=False))
     notes = kept_block(report, NOTES_BEGIN, NOTES_END)
     state.write_text(report, followup_markdown(results, kept, rel, notes=notes, page=str(report)))

@@ -271,7 +271,7 @@ def write_results(
         results["evaluation"] = dict(evaluation)
     if not registered:
         results["claims"] = []
-    report.parent.mkdir(parents=True, exist_ok=True)
+    state.make_folder(report.parent)
     plot_dir = report.with_suffix("")
     written = []
     try:

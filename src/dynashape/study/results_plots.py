@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dynashape.io import state
 from dynashape.study.stats import paired_values, t_interval
 
 __all__ = ["PALETTE", "frame_methods_and_base", "frontier_limits", "legend_outside", "method_styles", "plot_results"]
@@ -184,9 +185,9 @@ def plot_results(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
     written: list[Path] = []
 
     def save(fig: Any, name: str) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
+        state.make_folder(folder)
         fig.tight_layout()
-        fig.savefig(folder / name, dpi=100)
+        state.save_figure(fig, folder / name, dpi=100)
         plt.close(fig)
         written.append(folder / name)
 

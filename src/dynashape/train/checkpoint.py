@@ -22,7 +22,16 @@ from typing import Any
 
 import torch
 
-from dynashape.io.state import TMP_PREFIX, StateFileError, atomic_folder, read_json, torch_load, torch_save, write_text
+from dynashape.io.state import (
+    TMP_PREFIX,
+    StateFileError,
+    atomic_folder,
+    read_json,
+    rename_aside,
+    torch_load,
+    torch_save,
+    write_text,
+)
 from dynashape.runtime.model_folder import CHECKPOINT_FILES
 
 __all__ = [
@@ -194,9 +203,7 @@ def latest_checkpoint(directory: str | Path) -> Path | None:
 def set_aside(path: Path) -> Path:
     """Rename a broken checkpoint to ``.broken-step_N-<ns>`` beside it (kept for inspection, never deleted), so
     that the step can be written again and a later resume does not trip over it."""
-    target = path.with_name(f".broken-{path.name}-{time.time_ns()}")
-    path.rename(target)
-    return target
+    return rename_aside(path, f".broken-{path.name}-{time.time_ns()}")
 
 
 def _read(file: Path, map_location: Any) -> dict[str, Any]:

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dynashape.io import state
+
 __all__ = ["plot_run"]
 
 
@@ -59,7 +61,7 @@ def plot_run(run_dir: str | Path, metrics: Sequence[dict[str, float]], evaluatio
 
     def save(fig: Any, name: str) -> None:
         fig.tight_layout()
-        fig.savefig(run_dir / name, dpi=90, bbox_inches="tight")  # keeps a legend placed below the axes
+        state.save_figure(fig, run_dir / name, dpi=90, bbox_inches="tight")  # keeps a legend placed below the axes
         plt.close(fig)
         written.append(name)
 

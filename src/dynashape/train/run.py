@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dynashape.io import state
 from dynashape.io.provenance import code_version, numeric_platform
 from dynashape.runtime.model_folder import check_model_folder
 from dynashape.train import checkpoint as ckpt
@@ -238,7 +239,7 @@ def _train_steps(
         bar.update(trainer.step_index)
     done_here = 0
     try:
-        with folder.metrics_path.open("a") as out, stop_requests() as stop:
+        with state.appending(folder.metrics_path) as out, stop_requests() as stop:
             while trainer.step_index < total and (stop_after is None or done_here < stop_after):
                 m = trainer.step().metrics
                 done_here += 1

@@ -76,7 +76,7 @@ class RunFolder:
         self.history_path = self.root / "history.jsonl"
 
     def create(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        state.make_folder(self.root)
 
     def lock(self) -> state.FolderLock:
         """The folder's lock (not yet taken): one training run at a time; a second one is refused with
