@@ -29,8 +29,7 @@ ALLOWED = {
     "world": FLOOR | {"meds", "rewards", "world"},
     "runtime": FLOOR | {"meds", "rewards", "world", "runtime"},
     "train": FLOOR | {"methods", "losses", "rewards", "meds", "shapers", "world", "runtime", "train"},
-    # the papers' evaluation of any checkpoint: problem selection and wrong-answer fingerprints are the trainer's
-    "evaluate": FLOOR | {"meds", "rewards", "world", "runtime", "train", "evaluate"},
+    "evaluate": FLOOR | {"meds", "rewards", "world", "runtime", "evaluate"},
     "study": FLOOR
     | {"methods", "losses", "rewards", "meds", "shapers", "world", "runtime", "train", "evaluate", "study"},
     # engines see the maths and the shapers; shaper state goes to their checkpoints through io

@@ -183,11 +183,11 @@ def test_meds_protocol_takes_the_wrong_answers_fingerprints(tiny_llama_dir, tmp_
     every fingerprint is missing and the eigen ratio is None, said per benchmark; the capture itself ran."""
     from dynashape.evaluate.protocols import get_protocol
     from dynashape.evaluate.run import evaluate_checkpoint
-    from dynashape.train import evaluation
+    from dynashape.runtime import fingerprints
 
     seen = []
-    real = evaluation.wrong_fingerprints
-    monkeypatch.setattr(evaluation, "wrong_fingerprints", lambda *a, **k: seen.append(k["layers"]) or real(*a, **k))
+    real = fingerprints.wrong_fingerprints
+    monkeypatch.setattr(fingerprints, "wrong_fingerprints", lambda *a, **k: seen.append(k["layers"]) or real(*a, **k))
     protocol = get_protocol("meds").with_overrides(samples=2, max_new_tokens=4)
     res = evaluate_checkpoint(str(tiny_llama_dir), _benchmarks()[:1], protocol, tmp_path / "m",
                               backend="transformers", max_problems=2, verifier=ParityVerifier())  # fmt: skip

@@ -150,7 +150,7 @@ def test_progress_bar_is_lines_off_a_terminal(monkeypatch):
 
 
 def test_evaluation_subset_is_evenly_spaced():
-    from dynashape.train.evaluation import select_problems
+    from dynashape.runtime.prompts import select_problems
 
     items = list(range(10))
     assert select_problems(items, 4) == [0, 2, 5, 7]  # i * 10 // 4 for i = 0..3

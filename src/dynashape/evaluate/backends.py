@@ -136,7 +136,7 @@ class TransformersBackend:
         """Fingerprints [N, layers] of the last batch's ``wrong`` rows (NaN elsewhere); None when not asked for."""
         if self.fingerprint_layers is None or self._last is None:
             return None
-        from dynashape.train.evaluation import wrong_fingerprints
+        from dynashape.runtime.fingerprints import wrong_fingerprints
 
         return wrong_fingerprints(self.model, self.tokenizer, self._last, wrong, layers=self.fingerprint_layers)
 

@@ -27,8 +27,7 @@ from dynashape.evaluate.protocols import Protocol
 from dynashape.evaluate.results import add_aes, summarise, summarise_benchmark
 from dynashape.io import state
 from dynashape.runtime.model_folder import check_model_folder, model_folder_problem, results_folder
-from dynashape.runtime.prompts import BOXED_INSTRUCTION, PromptConfig, PromptFormat
-from dynashape.train.evaluation import select_problems
+from dynashape.runtime.prompts import BOXED_INSTRUCTION, PromptConfig, PromptFormat, select_problems
 
 __all__ = ["RESULTS_FORMAT", "evaluate_checkpoint", "evaluate_with_base"]
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["BOXED_INSTRUCTION", "PromptConfig", "PromptFormat", "encode_questions"]
+__all__ = ["BOXED_INSTRUCTION", "PromptConfig", "PromptFormat", "encode_questions", "select_problems"]
+
+T = TypeVar("T")
 
 BOXED_INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 """The default suffix of dataset problems: DeepSeek-R1's recommended math instruction (also the prompt of the
@@ -97,3 +99,14 @@ def encode_questions(
     from dynashape.runtime.sampler import encode_prompts
 
     return encode_prompts(tokenizer, list(questions))
+
+
+def select_problems(problems: Sequence[T], count: int | None) -> list[T]:
+    """``count`` problems evenly spaced over ``problems`` (all when None or not fewer): index ``i * n // count``.
+
+    Held-out splits are often ordered (the toy's by difficulty), so the first ``count`` would be the easiest.
+    """
+    n = len(problems)
+    if count is None or count >= n:
+        return list(problems)
+    return [problems[i * n // count] for i in range(count)]

@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from dynashape.runtime.prompts import encode_questions
-from dynashape.runtime.sampler import Rollouts, sample
+from dynashape.runtime.fingerprints import wrong_fingerprints
+from dynashape.runtime.prompts import encode_questions, select_problems
+from dynashape.runtime.sampler import sample
 from dynashape.train.config import EvalConfig
 from dynashape.world.base import Problem, Samples, World
 
@@ -112,50 +113,6 @@ def passk_problems(problems: Sequence[Problem], cfg: EvalConfig, world: World) -
             f"(split {cfg.split!r}, max_problems {cfg.max_problems}): {missing[:5]}"
         )
     return [by_key[k] for k in cfg.passk_keys]
-
-
-@torch.no_grad()
-def wrong_fingerprints(
-    model: torch.nn.Module, tokenizer: Any, rollouts: Rollouts, wrong: np.ndarray, *, layers: int
-) -> np.ndarray:
-    """MEDS fingerprints (MEDS, arXiv 2604.11297) of the ``wrong`` rollouts, from one forward over those rows
-    only, as the trainer's capture takes them.
-
-    Args:
-        rollouts: N sampled responses (``rollout.sample``).
-        wrong: bool [N], the rows to fingerprint.
-        layers: the last ``layers`` decoder layers.
-
-    Returns:
-        float64 [N, layers]: NaN on the other rows and on wrong rows without a boxed answer.
-    """
-    from dynashape.meds.capture import FingerprintCapture
-    from dynashape.meds.positions import answer_positions, answer_targets
-    from dynashape.runtime.sampler import sequence_logprobs
-
-    fp = np.full((len(wrong), layers), np.nan)
-    index = torch.as_tensor(np.flatnonzero(wrong), dtype=torch.long)
-    if len(index):
-        sub = rollouts.select(index.to(rollouts.lengths.device))
-        pos = answer_positions(sub.response_ids, tokenizer, response_mask=sub.response_mask)
-        width = sub.prompt_ids.shape[1]
-        with FingerprintCapture(
-            model, torch.where(pos >= 0, pos + width, -1), answer_targets(sub.response_ids, pos), layers=layers
-        ) as capture:
-            sequence_logprobs(model, sub)
-        fp[index.numpy()] = capture.result().float().cpu().numpy()
-    return fp
-
-
-def select_problems(problems: Sequence[Problem], count: int | None) -> list[Problem]:
-    """``count`` problems evenly spaced over ``problems`` (all when None or not fewer): index ``i * n // count``.
-
-    Held-out splits are often ordered (the toy's by difficulty), so the first ``count`` would be the easiest.
-    """
-    n = len(problems)
-    if count is None or count >= n:
-        return list(problems)
-    return [problems[i * n // count] for i in range(count)]
 
 
 @torch.no_grad()
