@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         available_shapers,
         config_class,
         get_shaper,
+        recipe,
         register_shaper,
         shaper_needs,
     )
@@ -37,6 +38,7 @@ _EXPORTS = {
     "available_shapers": "dynashape.shapers",
     "config_class": "dynashape.shapers",
     "get_shaper": "dynashape.shapers",
+    "recipe": "dynashape.shapers",
     "register_shaper": "dynashape.shapers",
     "shaper_needs": "dynashape.shapers",
 }

@@ -6,6 +6,7 @@ Importing this package registers the built-in shapers.
 
 from dynashape.shapers import field, grpo, lead, length_rewards, meds
 from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds
+from dynashape.shapers.recipe import recipe
 from dynashape.shapers.registry import available_shapers, config_class, get_shaper, register_shaper, shaper_needs
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "available_shapers",
     "config_class",
     "get_shaper",
+    "recipe",
     "register_shaper",
     "shaper_needs",
 ]

@@ -21,7 +21,7 @@ from typing import Any
 from dynashape.losses.registry import available_losses
 from dynashape.runtime.policy import ModelConfig
 from dynashape.runtime.prompts import PromptConfig
-from dynashape.shapers import shaper_needs
+from dynashape.shapers import config_class, shaper_needs
 from dynashape.train.warmup import WarmupConfig
 from dynashape.world.chain.config import ChainTaskConfig
 
@@ -324,6 +324,10 @@ class TrainConfig:
             needs = shaper_needs(self.shaper)
         except ValueError as err:
             raise ValueError(f"shaper={self.shaper!r}: {err}") from None
+        try:  # the shaper's own config checks every parameter now, not at the run's first step
+            config_class(self.shaper)(**self.shaper_kwargs)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"shaper_kwargs={dict(self.shaper_kwargs)!r} of shaper {self.shaper!r}: {err}") from None
         if needs.fingerprints != (self.fingerprint_layers is not None):
             why = "reads fingerprints: set fingerprint_layers" if needs.fingerprints else "reads no fingerprints"
             raise ValueError(f"fingerprint_layers={self.fingerprint_layers}: shaper {self.shaper!r} {why}")
