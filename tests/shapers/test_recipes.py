@@ -145,3 +145,16 @@ def test_the_users_recipe_trains_in_the_reference_trainer(lead_saw, tiny_config,
     assert all("saw/weight_0" in m and "lead/target_len_mean" in m for m in result.metrics)
     with pytest.raises(ValueError, match="lambda_min"):
         tiny_config("grpo", shaper="lead_saw", shaper_kwargs={"lambda_min": 0.9})
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/architecture.md"])
+def test_the_recipe_examples_in_the_docs_run(page, monkeypatch):
+    """The recipe a reader copies from the README and architecture.md registers and shapes a batch."""
+    from pathlib import Path
+
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    text = (Path(__file__).resolve().parents[2] / page).read_text()
+    (block,) = [b for b in text.split("```python\n")[1:] if "@recipe(" in b.split("```")[0]]
+    exec(block.split("```")[0], {})  # our own docs, not model output
+    out = get_shaper("lead_saw", l_min=10.0, b_max=40.0)(RolloutBatch(**BATCH))
+    assert out.rewards[:, 1].tolist() == [1.0, 0.5, 0.5, 0.5]

@@ -1,15 +1,8 @@
 """A shaper built from parts: the outer face `shaper(batch) -> Shaped` over a `Chain` of parts.
 
-    @register_shaper("lead_saw")  # LEAD's reward channels with SAW's CV weights instead of PSI
-    class LeadSaw(ComposedShaper):
-        config_cls = LeadConfig
-
-        def chain(self) -> Chain:
-            c = self.config
-            return Chain(Correctness(), LeadEfficiency(c.l_min, c.b_max), CVWeights(), DecoupledNormalise(),
-                         BatchWhiten(c.whiten))
-
-(tests/shapers/test_parts.py builds and checks exactly this one.)
+A named method is written as a recipe (`dynashape.shapers.recipe.recipe`): a function whose keywords are its
+config and which returns the chain; the decorator makes the `ComposedShaper` subclass. Subclass it by hand only
+for a shaper that needs more than a chain (its own `shape`).
 
 The chain is built once from the config (`reset`); its state is the tuple of the parts' states, advanced
 exactly once per call and only when the whole chain succeeded (a refused batch moves nothing). `state_dict`
