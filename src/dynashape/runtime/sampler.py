@@ -126,31 +126,14 @@ def sample(
         on_finished: called after every token with the number of rows that finished at it (EOS or the cap;
             often 0); a progress bar's hook. It does not change the draws.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    _check_sampling(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
     device = prompt_ids.device
     n, p = prompt_ids.shape
     cache_kw = _cache_keyword(model)
     # The attention mask of every position a row can reach; step t passes the first p + t + 1 columns.
     full_mask = torch.zeros((n, p + max_new_tokens), dtype=prompt_mask.dtype, device=device)
     full_mask[:, :p] = prompt_mask
-    # keys and values written in place into buffers sized for the whole rollout (same values as the model's own
-    # cache, without its per-token copy); None: the model makes its own
-    cache = inplace_cache(model.config, p + max_new_tokens) if hasattr(model, "config") else None
-    out = model(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        position_ids=_positions(prompt_mask),
-        use_cache=True,
-        logits_to_keep=1,
-        **({} if cache is None else {cache_kw: cache}),
-    )
-    kv = _cache_of(out)
-    logits = out.logits[:, -1]
+    kv, logits = _prefill(model, prompt_ids, prompt_mask, width=p + max_new_tokens, cache_kw=cache_kw)
     next_pos = prompt_mask.sum(-1, keepdim=True)  # position of the first response token, per row
     tokens = torch.full((n, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     lengths = torch.zeros(n, dtype=torch.long, device=device)
@@ -158,13 +141,7 @@ def sample(
     live = torch.ones(n, dtype=torch.bool, device=device)  # per batch row: not finished yet
     for t in range(max_new_tokens):
         live_rows = live.nonzero().squeeze(1)
-        probs = torch.softmax(logits[live_rows].float() / temperature, dim=-1)
-        if top_p < 1.0:
-            sorted_p, order = probs.sort(dim=-1, descending=True)
-            drop = sorted_p.cumsum(-1) - sorted_p > top_p  # keep the smallest prefix reaching top_p
-            sorted_p = sorted_p.masked_fill(drop, 0.0)
-            probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-        drawn = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        drawn = _draw(logits[live_rows], temperature=temperature, top_p=top_p, generator=generator)
         tokens[rows[live_rows], t] = drawn
         lengths[rows[live_rows]] += 1
         live[live_rows[drawn == eos_token_id]] = False
@@ -192,6 +169,44 @@ def sample(
     response_mask = (torch.arange(width, device=device)[None, :] < lengths[:, None]).long()
     truncated = (lengths == max_new_tokens) & (tokens[:, -1] != eos_token_id)
     return Rollouts(prompt_ids, prompt_mask, response_ids, response_mask, lengths, truncated)
+
+
+def _check_sampling(*, temperature: float, top_p: float, max_new_tokens: int) -> None:
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+
+
+def _prefill(
+    model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, *, width: int, cache_kw: str
+) -> tuple[Any, torch.Tensor]:
+    """The prompts' forward: (the KV cache, the logits [N, V] of each row's first response token)."""
+    # keys and values written in place into buffers sized for the whole rollout (same values as the model's own
+    # cache, without its per-token copy); None: the model makes its own
+    cache = inplace_cache(model.config, width) if hasattr(model, "config") else None
+    out = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=_positions(prompt_mask),
+        use_cache=True,
+        logits_to_keep=1,
+        **({} if cache is None else {cache_kw: cache}),
+    )
+    return _cache_of(out), out.logits[:, -1]
+
+
+def _draw(logits: torch.Tensor, *, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row of ``logits`` [R, V]: softmax at ``temperature``, the nucleus ``top_p``, one draw each."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        drop = sorted_p.cumsum(-1) - sorted_p > top_p  # keep the smallest prefix reaching top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from importlib.metadata import entry_points
-from typing import TextIO
+from typing import Any, TextIO
 
 __all__ = ["ENTRY_POINT_VALUE", "check_overrides", "main", "run_check"]
 
@@ -76,25 +76,46 @@ def run_check(out: TextIO | None = None) -> int:
     out = sys.stdout if out is None else out
     if importlib.util.find_spec("verl") is None:
         return _fail(out, "verl is not importable in this environment (pip install 'dynashape[verl]')")
+    ep = _entry_point(out)
+    if ep is None:
+        return 1
+    for step in (_plugin_loads, _estimators_registered, _trainer_hooks_installed, _fsdp_patched):
+        if step(out, ep) != 0:
+            return 1
+    import verl
 
-    # 1. the entry point and the plugin policy, as verl/__init__.py reads them
+    import dynashape
+
+    version = getattr(dynashape, "__version__", "?")
+    print(f"OK   dynashape {version} verl plugin ready (verl {getattr(verl, '__version__', '?')})", file=out)
+    return 0
+
+
+def _entry_point(out: TextIO) -> Any:
+    """1. The entry point and the plugin policy, as verl/__init__.py reads them; None after a failure line."""
     ours = [ep for ep in entry_points(group="verl.plugins") if ep.value == ENTRY_POINT_VALUE]
     if not ours:
-        return _fail(
+        _fail(
             out,
             f"no 'verl.plugins' entry point for {ENTRY_POINT_VALUE}: install dynashape as a package "
             "(pip install 'dynashape[verl]', or pip install -e . from a checkout) in this environment",
         )
+        return None
     ep = ours[0]
     print(f"ok   entry point verl.plugins: {ep.name} = {ep.value}", file=out)
     policy = os.getenv("VERL_USE_EXTERNAL_PLUGINS", "auto").strip().lower()
     if policy == "none":
-        return _fail(out, "VERL_USE_EXTERNAL_PLUGINS=none: verl loads no plugin; unset it or add ours to its list")
+        _fail(out, "VERL_USE_EXTERNAL_PLUGINS=none: verl loads no plugin; unset it or add ours to its list")
+        return None
     if policy != "auto" and ep.name not in {p.strip() for p in policy.split(",")}:
-        return _fail(out, f"VERL_USE_EXTERNAL_PLUGINS={policy}: does not name '{ep.name}'; add it to the list")
+        _fail(out, f"VERL_USE_EXTERNAL_PLUGINS={policy}: does not name '{ep.name}'; add it to the list")
+        return None
     print(f"ok   VERL_USE_EXTERNAL_PLUGINS={policy} loads '{ep.name}'", file=out)
+    return ep
 
-    # 2. load it as verl does, without swallowing the error
+
+def _plugin_loads(out: TextIO, ep: Any) -> int:
+    """2. Load the plugin as verl does, without swallowing the error."""
     try:
         plugin = ep.load()
         # Under `python -m dynashape.integrations.verl` the plugin was imported before this ran, and kept its
@@ -109,8 +130,11 @@ def run_check(out: TextIO | None = None) -> int:
             "run would stop after its first rollout with 'Unknown advantage estimator'",
         )
     print(f"ok   plugin {ep.value} imports", file=out)
+    return 0
 
-    # 3. the estimators in verl's registry
+
+def _estimators_registered(out: TextIO, ep: Any) -> int:
+    """3. The estimators in verl's registry."""
     core_algos = _import(out, "verl.trainer.ppo.core_algos", "verl's advantage-estimator registry")
     if core_algos is None:
         return 1
@@ -124,8 +148,11 @@ def run_check(out: TextIO | None = None) -> int:
     missing = sorted(set(expected) - set(mine))
     if missing:
         return _fail(out, f"dynashape estimators missing from verl's registry: {', '.join(missing)}")
+    return 0
 
-    # 4. the trainer mode, the trainer hooks and the FSDP patch, in the modules verl's processes import
+
+def _trainer_hooks_installed(out: TextIO, ep: Any) -> int:
+    """4. The trainer mode and the trainer hooks, in the modules verl's processes import."""
     v1 = _import(out, "verl.trainer.ppo.v1", "verl's v1 trainer; the dynashape trainer mode subclasses it")
     if v1 is None:
         return 1
@@ -140,6 +167,11 @@ def run_check(out: TextIO | None = None) -> int:
         if not cls.__dict__.get("_dynashape_patched", False):
             return _fail(out, f"{cls.__module__}.{cls.__name__}: start-up checks and checkpoint hooks not installed")
     print("ok   start-up checks and shaper-state checkpoint hooks on PPOTrainer and RayPPOTrainer", file=out)
+    return 0
+
+
+def _fsdp_patched(out: TextIO, ep: Any) -> int:
+    """5. The FSDP forward patched for MEDS fingerprints (or left alone on purpose)."""
     from dynashape.integrations.verl import PATCH_ENV
 
     fsdp = _import(out, "verl.workers.engine.fsdp.transformer_impl", "verl's FSDP engine; MEDS fingerprints")
@@ -152,13 +184,6 @@ def run_check(out: TextIO | None = None) -> int:
         return _fail(out, "FSDPEngineWithLMHead.forward_step is not patched: MEDS fingerprints would be missing")
     else:
         print("ok   FSDPEngineWithLMHead.forward_step patched for MEDS fingerprints", file=out)
-
-    import verl
-
-    import dynashape
-
-    version = getattr(dynashape, "__version__", "?")
-    print(f"OK   dynashape {version} verl plugin ready (verl {getattr(verl, '__version__', '?')})", file=out)
     return 0
 
 
