@@ -158,3 +158,10 @@ def test_the_recipe_examples_in_the_docs_run(page, monkeypatch):
     exec(block.split("```")[0], {})  # our own docs, not model output
     out = get_shaper("lead_saw", l_min=10.0, b_max=40.0)(RolloutBatch(**BATCH))
     assert out.rewards[:, 1].tolist() == [1.0, 0.5, 0.5, 0.5]
+
+
+def test_a_config_without_a_preset_reports_the_method_it_runs(lead_saw):
+    from dynashape.train.config import TrainConfig
+
+    assert TrainConfig(shaper="lead_saw").method == "lead_saw"
+    assert TrainConfig().method == "lead" and TrainConfig(shaper="grpo", method="mine").method == "mine"

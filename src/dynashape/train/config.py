@@ -174,8 +174,9 @@ class BudgetPromptConfig:
 class TrainConfig:
     """One RL run: sampling, reward, shaper, loss and optimiser. Presets (``presets.py``) fill it in."""
 
-    method: str = "lead"
-    """Name of the preset this config came from (recorded in reports)."""
+    method: str | None = None
+    """Name of the preset this config came from (recorded in reports); None: the shaper's name, so a config
+    built without a preset (``TrainConfig(shaper="lead_saw")``) reports the method it runs."""
     regime: str = "tight"
     """Budget regime the preset's length parameters were set for (``presets.regime_budget``; recorded)."""
     shaper: str = "lead"
@@ -273,6 +274,7 @@ class TrainConfig:
             raise ValueError(
                 f"prompts_per_step={self.prompts_per_step} must be divisible by mini_batches={self.mini_batches}"
             )
+        object.__setattr__(self, "method", self.shaper if self.method is None else self.method)
         object.__setattr__(self, "reward_columns", tuple(self.reward_columns))
         object.__setattr__(self, "shaper_kwargs", dict(self.shaper_kwargs))
         for name, klass in train_sections().items():
