@@ -73,6 +73,21 @@ class ComparisonPlan:
     """``EvalConfig`` fields of every run of the plan (its evaluation protocol)."""
     tune: bool = True
     """Whether rows with a tuning grid and no fixed value are tuned (on the validation split)."""
+    name: str | None = None
+    """The study's name (its file's ``name``), recorded in comparison.json; None for an ad-hoc comparison."""
+    page: str = "v1"
+    """Which results page ``dynashape results`` writes (``study.pages.PAGE_KINDS``)."""
+    presets: Mapping[str, str] = field(default_factory=dict)
+    """row -> its preset, for rows named otherwise than their preset (a sweep's rows, ``alp@beta=0.1``)."""
+    baseline: str | None = None
+    """The row every other is compared with on a generic page (paired differences per seed)."""
+    controls: Mapping[str, Any] = field(default_factory=dict)
+    """Runs of another study this one pairs with instead of training them (``folder``: that study's folder, a
+    sibling of this one's; ``rows``: its rows read at this study's seeds); empty: none."""
+
+    def preset(self, row: str) -> str:
+        """The preset ``row`` trains (its own name unless ``presets`` names another)."""
+        return self.presets.get(row, row)
 
 
 LEAD_FAMILY = (
@@ -145,6 +160,13 @@ class RunSpec:
     split: str = "test"
     overrides: Mapping[str, Any] = field(default_factory=dict)
     """``make_train_config`` overrides of a grid point (``{"shaper_kwargs": {"beta": 0.03}}``)."""
+    row: str | None = None
+    """The row's name where it is not the preset's (a sweep's row, ``alp@beta=0.1``): its run folder's name."""
+
+    @property
+    def name(self) -> str:
+        """The row's name: ``row``, else the preset's."""
+        return self.row or self.method
 
     @property
     def point(self) -> str:
@@ -155,12 +177,12 @@ class RunSpec:
 
     def folder(self) -> Path:
         if self.split == "test":
-            return Path("runs", self.regime, f"{self.method}-seed{self.seed}")
+            return Path("runs", self.regime, f"{self.name}-seed{self.seed}")
         return Path("tuning", self.regime, self.method, f"{self.point or 'preset'}-seed{self.seed}")
 
     def label(self) -> str:
-        point = f" [{self.point}]" if self.point else ""
-        return f"{self.method}{point} {self.regime} seed {self.seed}" + ("" if self.split == "test" else " (tuning)")
+        point = f" [{self.point}]" if self.point and not self.row else ""  # a sweep's row names its point
+        return f"{self.name}{point} {self.regime} seed {self.seed}" + ("" if self.split == "test" else " (tuning)")
 
 
 def spec_config(spec: RunSpec, template: RunConfig, train_overrides: Mapping[str, Any] | None = None) -> RunConfig:
@@ -228,8 +250,8 @@ def plan_rows(
             raise ValueError("methods must name at least one preset when no plan is given")
         return {r: tuple(methods) for r in (regimes or ("tight",))}
     rows = {r: rows for r, rows in plan.rows.items() if not regimes or r in regimes}
-    if methods:
-        rows = {r: tuple(m for m in ms if m in methods) for r, ms in rows.items()}
+    if methods:  # a preset's name keeps its sweep's rows too
+        rows = {r: tuple(m for m in ms if m in methods or plan.preset(m) in methods) for r, ms in rows.items()}
     return {r: ms for r, ms in rows.items() if ms}
 
 
@@ -254,8 +276,9 @@ class _Tuning:
         previous: dict,
         row_seeds: Mapping[str, int] | None = None,
         fixed: Mapping[str, Mapping[str, Any]] | None = None,
+        presets: Mapping[str, str] | None = None,
     ) -> None:
-        row_seeds, fixed = row_seeds or {}, fixed or {}
+        row_seeds, fixed, presets = row_seeds or {}, fixed or {}, presets or {}
         self.ready: list[RunSpec] = []
         self.groups: dict[tuple[str, str], list[RunSpec]] = {}  # (regime, method) -> its tuning runs
         self.waiting: dict[tuple[str, str], list[int]] = {}  # (regime, tuned method or BEST_GLOBAL) -> test seeds
@@ -274,8 +297,11 @@ class _Tuning:
             for method in methods:
                 row = list(seeds[: row_seeds.get(f"{regime}/{method}", len(seeds))])
                 if f"{regime}/{method}" in fixed:
-                    point = dict(fixed[f"{regime}/{method}"])
-                    self.ready += [RunSpec(method=method, regime=regime, seed=s, overrides=point) for s in row]
+                    point, named = dict(fixed[f"{regime}/{method}"]), presets.get(method)
+                    self.ready += [
+                        RunSpec(method=named or method, regime=regime, seed=s, overrides=point, row=named and method)
+                        for s in row
+                    ]
                 elif method in tuned or method == BEST_GLOBAL:
                     self.waiting[(regime, method)] = row
                 else:
@@ -395,6 +421,7 @@ def _write_json(path: Path, data: Any, *, compact: bool = False) -> None:
 def _record(outcome: Outcome, spec: RunSpec, out: Path) -> dict[str, Any]:
     return {
         "method": spec.method,
+        **({"row": spec.row} if spec.row else {}),  # a sweep's row; a plain row is its method (records unchanged)
         "regime": spec.regime,
         "seed": spec.seed,
         "split": spec.split,
@@ -432,12 +459,14 @@ def run_comparison(
     tune: bool = True,
     row_seeds: Mapping[str, int] | None = None,
     fixed: Mapping[str, Mapping[str, Any]] | None = None,
+    presets: Mapping[str, str] | None = None,
     workers: int | None = None,
     placement: Placement | None = None,
     progress: bool = False,
     log: Callable[[str], None] = lambda _: None,
     command: str | None = None,
     plan_name: str | None = None,
+    plan_file: str | None = None,
     dry_run: bool = False,
 ) -> dict[str, Any]:
     """Tune, train and evaluate every row at every seed into ``out``; returns ``{"runs", "tuning", "failed"}``.
@@ -445,8 +474,10 @@ def run_comparison(
     Untuned rows and tuning runs start together; a tuned row's test runs start as soon as its tuning has
     finished (``BEST_GLOBAL``'s when both candidates' have). ``dry_run`` only lists the runs (as ``log`` lines).
     ``row_seeds`` ("regime/method" -> n) trains a row at the first n of ``seeds`` only; ``fixed`` ("regime/method"
-    -> overrides) trains a row at a value fixed beforehand, untuned (``ComparisonPlan``); ``plan_name`` (a key of
-    ``COMPARISON_PLAN``) is recorded in comparison.json, where ``dynashape results`` reads which page to write.
+    -> overrides) trains a row at a value fixed beforehand, untuned (``ComparisonPlan``); ``presets`` (row ->
+    preset) names the preset of a row named otherwise (a sweep's row: every such row has a fixed value);
+    ``plan_name`` (a key of ``COMPARISON_PLAN``, or a study file's name) and ``plan_file`` (that file's copy in
+    ``out``) are recorded in comparison.json, where ``dynashape results`` reads which page to write.
     ``workers`` runs at once (None: the machine's cores, or what the cluster holds) on Ray, placed by
     ``placement`` (default: a local Ray); ``progress``: the study's progress bar.
 
@@ -460,6 +491,10 @@ def run_comparison(
         raise ValueError(f"tuning_seeds must be >= 1, got {tuning_seeds}")
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    named = {f"{r}/{m}" for r, ms in rows.items() for m in ms if m in (presets or {})}
+    unnamed = sorted(named - set(fixed or {}))
+    if unnamed:
+        raise ValueError(f"rows named otherwise than their preset need a fixed value (fixed), got {unnamed}")
     unknown = sorted(set(row_seeds or {}) - {f"{r}/{m}" for r, ms in rows.items() for m in ms})
     if unknown:
         raise ValueError(f"row_seeds names rows the comparison does not have: {unknown}")
@@ -468,7 +503,8 @@ def run_comparison(
         raise ValueError(f"row_seeds must be >= 1 (a row takes the first n seeds, at most all), got {bad}")
 
     def plan() -> _Tuning:  # reads the tuning an earlier invocation left (under the lock when running)
-        return _Tuning(rows, seeds, tuning_seeds, tune, _previous_tuning(out), row_seeds=row_seeds, fixed=fixed)
+        previous = _previous_tuning(out)
+        return _Tuning(rows, seeds, tuning_seeds, tune, previous, row_seeds=row_seeds, fixed=fixed, presets=presets)
 
     if dry_run:
         return _dry_run(plan(), out, workers, log)
@@ -476,7 +512,8 @@ def run_comparison(
     with state.FolderLock(out, what="a comparison (dynashape compare)"):
         return _run_locked(
             out, plan(), rows, seeds, template, train_overrides, tuning_seeds, tune, workers, placement, progress, log,
-            command, {"plan": plan_name, "row_seeds": dict(row_seeds or {}), "fixed": dict(fixed or {})},
+            command, {"plan": plan_name, "row_seeds": dict(row_seeds or {}), "fixed": dict(fixed or {})}
+            | ({"presets": dict(presets)} if presets else {}) | ({"plan_file": plan_file} if plan_file else {}),
         )  # fmt: skip
 
 

@@ -1,0 +1,190 @@
+"""A study is a data file: the committed studies' files give today's plans, and every key of a file is checked."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from dynashape.study.compare import BEST_GLOBAL, ComparisonPlan, RunSpec
+from dynashape.study.plan_file import StudyFileError, committed_plans, load_plan_file, parse_plan, studies_dir
+
+
+def _code_built_plans() -> dict[str, ComparisonPlan]:
+    """The three plans as the code built them before they became files (study/compare.py at commit 007d0ca), from
+    the constants the studies' pages still read: the files must say the same."""
+    from dynashape.study import followup
+    from dynashape.study.field_runs import CONTROLS, CONTROLS_DEFAULT
+    from dynashape.train.field_presets import FIELD_METHODS, FIELD_SEEDS
+
+    lead_family = (
+        "grpo", "grpo_length", "gdpo", "shorterbetter", "drpo", "lead", "lead_static", "lead_min_correct",
+        "lead_mean_all", "lead_upper_only", "cosine", "kimi_length", "pass_rate_linear", "length_zscore",
+    )  # fmt: skip
+    meds_family = ("dapo", "meds", "meds_single_cluster", "lead_meds")
+    full = ComparisonPlan(
+        rows={
+            "tight": lead_family + meds_family,
+            "loose": ("grpo", "lead", "lead_static", "shorterbetter", BEST_GLOBAL),
+        }
+    )
+    v2 = ComparisonPlan(
+        rows=dict(followup.ROWS),
+        seeds=followup.SEEDS,
+        row_seeds=followup.load_plan()["row_seeds"],
+        fixed=dict(followup.FIXED_VALUES),
+        eval=followup.eval_overrides(),
+        tune=False,
+    )
+    field = ComparisonPlan(
+        rows={"tight": FIELD_METHODS, "loose": FIELD_METHODS},
+        seeds=FIELD_SEEDS,
+        eval=followup.eval_overrides(),
+        tune=False,
+    )
+    return {
+        "full": dataclasses.replace(full, name="full", page="v1"),
+        "v2": dataclasses.replace(v2, name="v2", page="v2"),
+        "field": dataclasses.replace(
+            field, name="field", page="field", controls={"folder": CONTROLS_DEFAULT, "rows": CONTROLS}
+        ),
+    }
+
+
+def test_each_committed_file_is_its_code_built_plan():
+    plans = committed_plans()
+    assert sorted(p.name for p in studies_dir().glob("*.toml")) == ["field.toml", "v1.toml", "v2.toml"]
+    want = _code_built_plans()
+    assert set(plans) == set(want)
+    for name, plan in want.items():
+        assert plans[name] == plan, name
+    assert plans["v2"].eval["passk_keys"] == tuple(want["v2"].eval["passk_keys"]) and len(plans["v2"].fixed) == 4
+
+
+def test_the_comparison_plans_come_from_the_files():
+    from dynashape.study.compare import COMPARISON_PLAN
+
+    assert dict(COMPARISON_PLAN) == committed_plans()
+
+
+COMMITTED_RUNS = {
+    # plan: (its committed folder, runs (regime, row, seed): a fixed value, a row's last seed, each regime)
+    "full": ("results/comparison", [("tight", "lead", 0), ("loose", "grpo", 4), ("tight", "meds", 2)]),
+    "v2": ("results/comparison-v2", [("tight", "grpo_length", 19), ("loose", "gdpo", 16), ("tight", "lead", 5)]),
+    "field": ("results/comparison-field", [("tight", "alp", 5), ("loose", "thinkprune", 9), ("loose", "gfpo", 7)]),
+}
+ADDED_SINCE = {"v2": {"validation_samples", "validation_every", "validation_problems", "budget_prompt"}}
+"""TrainConfig fields added after a study ran (at their defaults since); v1's runs predate more (and a layout)."""
+
+
+@pytest.mark.parametrize("name", sorted(COMMITTED_RUNS))
+def test_a_committed_plans_runs_get_the_config_their_folder_holds(name):
+    """spec_config of a few runs of each plan file, as the command builds them (the plan's evaluation under a
+    default template), against the config.yaml the committed run wrote: the field's equal whole, v2's but for
+    fields added since, v1's on every field of the same layout (it ran before the config's sections)."""
+    import yaml
+
+    from dynashape.study.compare import spec_config
+    from dynashape.train.config import EvalConfig, RunConfig
+
+    root = Path(__file__).resolve().parents[2]
+    plan = committed_plans()[name]
+    folder, picked = COMMITTED_RUNS[name]
+    for regime, row, seed in picked:
+        point = plan.fixed.get(f"{regime}/{row}", {})
+        spec = RunSpec(method=plan.preset(row), regime=regime, seed=seed, overrides=point)
+        have = yaml.safe_load((root / folder / spec.folder() / "config.yaml").read_text())
+        cfg = spec_config(spec, RunConfig(eval=EvalConfig(**plan.eval)))
+        got = yaml.safe_load(yaml.safe_dump(cfg.to_dict()))
+        if name == "field":
+            assert got == have, (regime, row)
+            continue
+        assert got["train"]["shaper_kwargs"] == have["train"]["shaper_kwargs"]
+        assert {k: v for k, v in got["eval"].items() if k in have["eval"]} == have["eval"]  # v1 predates passk_keys
+        for key, value in have["train"].items():
+            if key in got["train"] and isinstance(value, dict) == isinstance(got["train"][key], dict):
+                assert got["train"][key] == value, (regime, row, key)
+        if name == "v2":
+            assert set(got["train"]) - set(have["train"]) == ADDED_SINCE["v2"]
+            assert {k: v for k, v in got.items() if k != "train"} == {k: v for k, v in have.items() if k != "train"}
+
+
+# --------------------------------------------------------------------------------------------- a sweep
+SWEEP = {
+    "name": "mine",
+    "page": "generic",
+    "baseline": "grpo",
+    "seeds": [0, 1],
+    "tune": False,
+    "rows": {"tight": ["grpo", {"method": "alp", "sweep": {"shaper_kwargs": {"beta": [0.1, 0.25]}}, "seeds": 1}]},
+}
+
+
+def test_a_sweep_makes_one_named_row_per_value():
+    plan = parse_plan(SWEEP, "mine.toml")
+    assert plan.rows == {"tight": ("grpo", "alp@beta=0.1", "alp@beta=0.25")}
+    assert plan.presets == {"alp@beta=0.1": "alp", "alp@beta=0.25": "alp"}
+    assert plan.fixed == {
+        "tight/alp@beta=0.1": {"shaper_kwargs": {"beta": 0.1}},
+        "tight/alp@beta=0.25": {"shaper_kwargs": {"beta": 0.25}},
+    }
+    assert plan.row_seeds == {"tight/alp@beta=0.1": 1, "tight/alp@beta=0.25": 1}
+    assert plan.preset("alp@beta=0.1") == "alp" and plan.preset("grpo") == "grpo"
+    spec = RunSpec(method="alp", regime="tight", seed=1, overrides=plan.fixed["tight/alp@beta=0.1"], row="alp@beta=0.1")
+    assert spec.folder().as_posix() == "runs/tight/alp@beta=0.1-seed1"
+    assert spec.label() == "alp@beta=0.1 tight seed 1"
+    # a quoted dotted key says the same, a top-level field sweeps too, and fixed values stay under the sweep
+    row = {"method": "grpo_length", "sweep": {"lr": [2e-4]}, "fixed": {"shaper_kwargs.threshold": 9}}
+    quoted = parse_plan({**SWEEP, "rows": {"tight": ["grpo", row]}}, "q.toml")
+    assert quoted.fixed == {"tight/grpo_length@lr=0.0002": {"shaper_kwargs": {"threshold": 9}, "lr": 2e-4}}
+
+
+def _refused(change: dict, match: str) -> None:
+    with pytest.raises(StudyFileError, match=match) as err:
+        parse_plan({**SWEEP, **change}, "mine.toml")
+    assert str(err.value).startswith("mine.toml: ")  # the file first, then the key and the value
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"colour": "red"}, r"colour = 'red': unknown key"),
+        ({"page": "v3"}, r"page = 'v3': must be one of v1, v2, field, generic"),
+        ({"seeds": [0, "1"]}, r"seeds = '1': must be an integer >= 0"),
+        ({"seeds": [0, 0]}, r"seeds = \[0, 0\]: must be distinct"),
+        ({"seeds": [True]}, r"seeds = True: must be an integer"),
+        ({"tune": "yes"}, r"tune = 'yes': must be true or false"),
+        ({"tuning_seeds": 0}, r"tuning_seeds = 0: must be an integer >= 1"),
+        ({"baseline": "lead"}, r"baseline = 'lead': must be a row of every regime; tight lacks it"),
+        ({"eval": {"n_samples": 0}}, r"eval: .*n_samples"),
+        ({"eval": {"samples": 4}}, r"eval.samples = 4: unknown key"),
+        ({"rows": {"medium": ["grpo"]}}, r"rows.medium = \['grpo'\]: unknown regime"),
+        ({"rows": {"tight": ["grpo", "lead_fast"]}}, r"rows.tight.method = 'lead_fast': unknown method"),
+        ({"rows": {"tight": ["grpo", "grpo"]}}, r"rows.tight = 'grpo': names a row twice"),
+        ({"rows": {"tight": ["grpo", {"method": "alp", "sweep": {"shaper_kwargs.gamma": [1]}}]}},
+         r"rows.tight.alp.sweep = 'shaper_kwargs.gamma': 'alp' has no such parameter"),
+        ({"rows": {"tight": ["grpo", {"method": "alp", "sweep": {"shaper_kwargs.beta": 0.1}}]}},
+         r"sweep.shaper_kwargs.beta = 0.1: must be a non-empty list"),
+        ({"rows": {"tight": ["grpo", {"method": "alp", "sweep": {"a": [1], "b": [2]}}]}}, r"must be one parameter"),
+        ({"rows": {"tight": ["grpo", {"method": "alp", "sweep": {"shaper_kwargs.beta": [-1.0]}}]}},
+         r"alp.sweep = .*beta"),
+        ({"rows": {"tight": ["grpo", {"method": "alp", "seeds": 3}]}}, r"alp.seeds = 3: a row takes the first n"),
+        ({"rows": {"tight": ["grpo", {"method": "alp", "fixed": {"shaper_kwargs.gamma": 1}}]}}, r"alp.fixed = .*gamma"),
+        ({"rows": {"tight": ["grpo", {"method": "alp", "colour": 1}]}}, r"rows.tight.colour = 1: unknown key"),
+        ({"controls": {"folder": "x"}}, r"controls = .*must be a table with exactly folder, rows"),
+    ],
+)  # fmt: skip
+def test_every_key_is_checked_naming_the_file_the_key_and_the_value(change, match):
+    _refused(change, match)
+
+
+def test_a_missing_key_and_a_file_that_is_not_toml_are_named(tmp_path):
+    with pytest.raises(StudyFileError, match=r"mine.toml: seeds is missing"):
+        parse_plan({k: v for k, v in SWEEP.items() if k != "seeds"}, "mine.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = \n")
+    with pytest.raises(StudyFileError, match=rf"{bad}: not TOML"):
+        load_plan_file(bad)
+    with pytest.raises(StudyFileError, match=r"baseline = 'grpo': only a generic page reads a baseline"):
+        parse_plan({**SWEEP, "page": "v1"}, "mine.toml")
