@@ -20,7 +20,7 @@ from dynashape.study.field_runs import ControlsError
 from dynashape.study.pages import write_page
 from dynashape.study.results_page import NOTES_BEGIN, NOTES_END
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SEEDS = (5, 6, 7)
 BUDGET = {"tight": 101, "loose": 164}
 T_975_2 = 4.302652729911275  # Student's t, 97.5 % quantile, 2 degrees of freedom (tables: 4.303)

@@ -14,7 +14,7 @@ from dynashape.study.compare import COMPARISON_PLAN
 from dynashape.study.decide import power
 from dynashape.study.results import load_runs, runs_by_row
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 V1 = ROOT / "results" / "comparison"
 
 

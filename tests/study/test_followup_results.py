@@ -167,7 +167,7 @@ def test_rerun_determinism_names_a_run_whose_metrics_differ_and_ignores_timings(
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "rerun_determinism.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "rerun_determinism.py"
     step = {"step": 1, "accuracy": 0.5, "time/step": 1.0}
     for root, slow, acc in (("as-run", 1.0, 0.5), ("rerun", 9.0, 0.5)):
         for run, value in (

@@ -44,10 +44,14 @@ def _code_built_plans() -> dict[str, ComparisonPlan]:
         tune=False,
     )
     return {
-        "full": dataclasses.replace(full, name="full", page="v1"),
-        "v2": dataclasses.replace(v2, name="v2", page="v2"),
+        "full": dataclasses.replace(full, name="full", page="v1", report="docs/results.md"),
+        "v2": dataclasses.replace(v2, name="v2", page="v2", report="docs/results-v2.md"),
         "field": dataclasses.replace(
-            field, name="field", page="field", controls={"folder": CONTROLS_DEFAULT, "rows": CONTROLS}
+            field,
+            name="field",
+            page="field",
+            report="docs/results-field.md",
+            controls={"folder": CONTROLS_DEFAULT, "rows": CONTROLS},
         ),
     }
 

@@ -148,7 +148,7 @@ def test_the_committed_comparison_regenerates_unchanged_from_its_runs(tmp_path, 
     committed runs rewrites them byte for byte (the generation time aside), whatever engine ran them."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     monkeypatch.chdir(root)  # the page names the folder as the command was given it
     write_results(Path("results/comparison"), tmp_path / "results.md")
     assert (tmp_path / "results.md").read_text() == (root / "docs" / "results.md").read_text()

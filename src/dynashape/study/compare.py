@@ -29,11 +29,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from dynashape.core.text import counted
 from dynashape.io import state
 from dynashape.study.claims import BEST_GLOBAL, GLOBAL_THRESHOLD_BASELINES
+from dynashape.study.plan_file import ComparisonPlan, committed_plans
 from dynashape.study.scheduler import Job, Outcome, Placement, default_jobs, prepare, require_ray, run_jobs
 from dynashape.train.config import RunConfig
 from dynashape.train.presets import make_train_config, tuning_grids, tuning_overrides
@@ -53,96 +55,14 @@ __all__ = [
 ]
 
 TUNING_SEED_OFFSET = 100
+STUDY_FILE = "study.toml"
+"""A user's study file, as the comparison folder keeps it (committed studies are found by name)."""
 EVAL_SEED_STRIDE = 1000  # evaluate() also uses eval seed + 1 (pass@k subset): strides keep the streams apart
 
 
-@dataclass(frozen=True, kw_only=True)
-class ComparisonPlan:
-    """Rows (preset names, or ``BEST_GLOBAL``) per budget regime, and the paired seeds of every row."""
-
-    rows: Mapping[str, tuple[str, ...]]
-    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    tuning_seeds: int = 2
-    row_seeds: Mapping[str, int] = field(default_factory=dict)
-    """"regime/method" -> how many of ``seeds`` that row trains: its first ones, so every row stays paired with
-    the others (absent: all of them)."""
-    fixed: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """"regime/method" -> the ``make_train_config`` overrides that row trains at, fixed before the study (a value
-    an earlier study tuned): no tuning runs for it."""
-    eval: Mapping[str, Any] = field(default_factory=dict)
-    """``EvalConfig`` fields of every run of the plan (its evaluation protocol)."""
-    tune: bool = True
-    """Whether rows with a tuning grid and no fixed value are tuned (on the validation split)."""
-    name: str | None = None
-    """The study's name (its file's ``name``), recorded in comparison.json; None for an ad-hoc comparison."""
-    page: str = "v1"
-    """Which results page ``dynashape results`` writes (``study.pages.PAGE_KINDS``)."""
-    presets: Mapping[str, str] = field(default_factory=dict)
-    """row -> its preset, for rows named otherwise than their preset (a sweep's rows, ``alp@beta=0.1``)."""
-    baseline: str | None = None
-    """The row every other is compared with on a generic page (paired differences per seed)."""
-    controls: Mapping[str, Any] = field(default_factory=dict)
-    """Runs of another study this one pairs with instead of training them (``folder``: that study's folder, a
-    sibling of this one's; ``rows``: its rows read at this study's seeds); empty: none."""
-
-    def preset(self, row: str) -> str:
-        """The preset ``row`` trains (its own name unless ``presets`` names another)."""
-        return self.presets.get(row, row)
-
-
-LEAD_FAMILY = (
-    "grpo", "grpo_length", "gdpo", "shorterbetter", "drpo", "lead", "lead_static", "lead_min_correct",
-    "lead_mean_all", "lead_upper_only", "cosine", "kimi_length", "pass_rate_linear", "length_zscore",
-)  # fmt: skip
-MEDS_FAMILY = ("dapo", "meds", "meds_single_cluster", "lead_meds")
-
-
-def _followup_plan() -> ComparisonPlan:
-    """The follow-up comparison (``study.followup``): its rows at v1's tuned values, seeds per row from its power
-    analysis, its evaluation."""
-    from dynashape.study import followup
-
-    return ComparisonPlan(
-        rows=dict(followup.ROWS),
-        seeds=followup.SEEDS,
-        row_seeds=followup.load_plan()["row_seeds"],
-        fixed=dict(followup.FIXED_VALUES),
-        eval=followup.eval_overrides(),
-        tune=False,
-    )
-
-
-def _field_plan() -> ComparisonPlan:
-    """The field comparison (docs/results-field.md, its plan block): the field's length methods in both regimes at
-    the follow-up's seeds 5-9 and its registered evaluation. Each method's values come from its paper's setting by
-    the rules of ``study.field_presets``, fixed before any run and never tuned. Its controls, GRPO and LEAD, are
-    the follow-up's runs at the same seeds (the same base, eval seeds and evaluation), not trained again."""
-    from dynashape.study import followup
-    from dynashape.train.field_presets import FIELD_METHODS, FIELD_SEEDS
-
-    return ComparisonPlan(
-        rows={"tight": FIELD_METHODS, "loose": FIELD_METHODS},
-        seeds=FIELD_SEEDS,
-        eval=followup.eval_overrides(),
-        tune=False,
-    )
-
-
-COMPARISON_PLAN: Mapping[str, ComparisonPlan] = {
-    # The LEAD family (with the length shapers engines ship) and the MEDS family in the tight regime (the
-    # papers' setting); the loose regime limited to grpo, lead, lead_static, shorterbetter and the best
-    # global-threshold baseline, to keep the compute to a few days on 2 cores.
-    "full": ComparisonPlan(
-        rows={
-            "tight": LEAD_FAMILY + MEDS_FAMILY,
-            "loose": ("grpo", "lead", "lead_static", "shorterbetter", BEST_GLOBAL),
-        }
-    ),
-    # The follow-up, powered to decide v1's claims (docs/results-v2.md): fewer rows, more seeds, 16 samples.
-    "v2": _followup_plan(),
-    # The field's length methods beside the follow-up's GRPO and LEAD runs (docs/results-field.md): descriptive.
-    "field": _field_plan(),
-}
+COMPARISON_PLAN: Mapping[str, ComparisonPlan] = MappingProxyType(committed_plans())
+"""The committed studies by name (``full``: docs/results.md, ``v2``: docs/results-v2.md, ``field``:
+docs/results-field.md), read from their files, ``studies/*.toml`` (``study.plan_file``): no code builds a plan."""
 
 
 def eval_seed(base: int, seed: int) -> int:
@@ -466,7 +386,7 @@ def run_comparison(
     log: Callable[[str], None] = lambda _: None,
     command: str | None = None,
     plan_name: str | None = None,
-    plan_file: str | None = None,
+    study_file: str | Path | None = None,
     dry_run: bool = False,
 ) -> dict[str, Any]:
     """Tune, train and evaluate every row at every seed into ``out``; returns ``{"runs", "tuning", "failed"}``.
@@ -476,8 +396,9 @@ def run_comparison(
     ``row_seeds`` ("regime/method" -> n) trains a row at the first n of ``seeds`` only; ``fixed`` ("regime/method"
     -> overrides) trains a row at a value fixed beforehand, untuned (``ComparisonPlan``); ``presets`` (row ->
     preset) names the preset of a row named otherwise (a sweep's row: every such row has a fixed value);
-    ``plan_name`` (a key of ``COMPARISON_PLAN``, or a study file's name) and ``plan_file`` (that file's copy in
-    ``out``) are recorded in comparison.json, where ``dynashape results`` reads which page to write.
+    ``plan_name`` (a key of ``COMPARISON_PLAN``, or a study file's name) is recorded in comparison.json, where
+    ``dynashape results`` reads which page to write; ``study_file`` (a user's study file) is copied to
+    ``out/study.toml`` and named there (``plan_file``), so the folder's page needs nothing outside it.
     ``workers`` runs at once (None: the machine's cores, or what the cluster holds) on Ray, placed by
     ``placement`` (default: a local Ray); ``progress``: the study's progress bar.
 
@@ -510,10 +431,12 @@ def run_comparison(
         return _dry_run(plan(), out, workers, log)
     require_ray()  # before the folder, its lock and comparison.json
     with state.FolderLock(out, what="a comparison (dynashape compare)"):
+        if study_file is not None:
+            state.write_text(out / STUDY_FILE, Path(study_file).read_text())
         return _run_locked(
             out, plan(), rows, seeds, template, train_overrides, tuning_seeds, tune, workers, placement, progress, log,
             command, {"plan": plan_name, "row_seeds": dict(row_seeds or {}), "fixed": dict(fixed or {})}
-            | ({"presets": dict(presets)} if presets else {}) | ({"plan_file": plan_file} if plan_file else {}),
+            | ({"presets": dict(presets)} if presets else {}) | ({"plan_file": STUDY_FILE} if study_file else {}),
         )  # fmt: skip
 
 

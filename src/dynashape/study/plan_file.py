@@ -31,11 +31,12 @@ import dataclasses
 import re
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dynashape.study.compare import BEST_GLOBAL, ComparisonPlan
+from dynashape.study.claims import BEST_GLOBAL
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,6 +45,7 @@ else:  # pragma: no cover - Python 3.10
 
 __all__ = [
     "PAGE_KINDS",
+    "ComparisonPlan",
     "StudyFileError",
     "committed_plans",
     "find_plan",
@@ -54,10 +56,49 @@ __all__ = [
 
 PAGE_KINDS = ("v1", "v2", "field", "generic")
 """The results pages a study can ask for (``study.pages``): the three committed studies' and a generic table."""
-TOP_KEYS = ("name", "page", "description", "seeds", "tune", "tuning_seeds", "eval", "rows", "baseline", "controls")
+TOP_KEYS = (
+    "name", "page", "report", "description", "seeds", "tune", "tuning_seeds", "eval", "rows", "baseline", "controls",
+)  # fmt: skip
 ROW_KEYS = ("method", "fixed", "sweep", "seeds")
 CONTROL_KEYS = ("folder", "rows")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComparisonPlan:
+    """Rows per budget regime (a preset's name, a sweep's row ``<preset>@<key>=<value>``, or ``BEST_GLOBAL``) and
+    the paired seeds of every row: what a study file declares (``load_plan_file``), or an ad-hoc comparison's."""
+
+    rows: Mapping[str, tuple[str, ...]]
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    tuning_seeds: int = 2
+    row_seeds: Mapping[str, int] = field(default_factory=dict)
+    """"regime/row" -> how many of ``seeds`` that row trains: its first ones, so every row stays paired with
+    the others (absent: all of them)."""
+    fixed: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """"regime/row" -> the ``make_train_config`` overrides that row trains at, fixed before the study (a value
+    an earlier study tuned, a sweep's value): no tuning runs for it."""
+    eval: Mapping[str, Any] = field(default_factory=dict)
+    """``EvalConfig`` fields of every run of the plan (its evaluation protocol)."""
+    tune: bool = True
+    """Whether rows with a tuning grid and no fixed value are tuned (on the validation split)."""
+    name: str | None = None
+    """The study's name (its file's ``name``), recorded in comparison.json; None for an ad-hoc comparison."""
+    page: str = "v1"
+    """Which results page ``dynashape results`` writes (``study.pages.PAGE_KINDS``)."""
+    presets: Mapping[str, str] = field(default_factory=dict)
+    """row -> its preset, for rows named otherwise than their preset (a sweep's rows, ``alp@beta=0.1``)."""
+    baseline: str | None = None
+    """The row every other is compared with on a generic page (paired differences per seed)."""
+    report: str | None = None
+    """The study's committed results page (``docs/results-v2.md``), where ``dynashape results`` writes it."""
+    controls: Mapping[str, Any] = field(default_factory=dict)
+    """Runs of another study this one pairs with instead of training them (``folder``: that study's folder, a
+    sibling of this one's; ``rows``: its rows read at this study's seeds); empty: none."""
+
+    def preset(self, row: str) -> str:
+        """The preset ``row`` trains (its own name unless ``presets`` names another)."""
+        return self.presets.get(row, row)
 
 
 class StudyFileError(ValueError):
@@ -136,6 +177,9 @@ def parse_plan(data: Mapping[str, Any], where: str) -> ComparisonPlan:
         raise _fail(where, "page", data["page"], f"must be one of {', '.join(PAGE_KINDS)}")
     if not isinstance(data.get("description", ""), str):
         raise _fail(where, "description", data["description"], "must be text")
+    report = data.get("report")
+    if report is not None and (not isinstance(report, str) or not report.endswith(".md")):
+        raise _fail(where, "report", report, "must be a markdown page's path (PAGE.md)")
     seeds = _seeds(where, data["seeds"])
     tune = data.get("tune", True)
     if not isinstance(tune, bool):
@@ -154,6 +198,7 @@ def parse_plan(data: Mapping[str, Any], where: str) -> ComparisonPlan:
         page=data["page"],
         presets=presets,
         baseline=baseline,
+        report=report,
         controls=_controls(where, data.get("controls")),
     )
 
