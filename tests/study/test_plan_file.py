@@ -192,3 +192,109 @@ def test_a_missing_key_and_a_file_that_is_not_toml_are_named(tmp_path):
         load_plan_file(bad)
     with pytest.raises(StudyFileError, match=r"baseline = 'grpo': only a generic page reads a baseline"):
         parse_plan({**SWEEP, "page": "v1"}, "mine.toml")
+
+
+# ------------------------------------------------------------------------------------- a user's study, run
+USER_STUDY = """
+name = "mine"
+page = "generic"
+baseline = "grpo"
+seeds = [0, 1]
+tune = false
+
+[eval]  # conftest's tiny evaluation, registered by the file (so the page checks the runs against it)
+n_samples = 2
+max_new_tokens = 24
+passk_samples = 4
+passk_hard = 1
+passk_trap = 1
+
+[rows]
+tight = ["grpo", { method = "alp", sweep = { "shaper_kwargs.beta" = [1e-4, 1e-3] } }]
+"""
+
+
+def test_a_users_study_file_runs_end_to_end_through_the_command(base_cache, tmp_path, capsys, local_ray):
+    """`dynashape compare --plan mine.toml`: two methods, two seeds, a sweep over one parameter (3 rows), three
+    steps each; the run folders, runs.json, the folder's copy of the file and the generic page's numbers, by hand
+    from the runs' eval.json; `dynashape results` rewrites the same page from the folder alone."""
+    import json
+
+    import yaml
+    from scipy import stats as scipy_stats
+    from test_compare import TINY_SET
+
+    from dynashape.cli import main
+
+    study = tmp_path / "mine.toml"
+    study.write_text(USER_STUDY)
+    out = tmp_path / "mine"
+    tiny = {k: v for k, v in TINY_SET.items() if not k.startswith("eval.")}
+    argv = ["compare", "--plan", str(study), "--jobs", "2", "--out", str(out), "--cache-dir", str(base_cache)]
+    argv += ["--no-progress", *[a for k, v in {**tiny, "steps": 3}.items() for a in ("--set", f"{k}={v}")]]
+    assert main(argv) == 0
+    assert "6 runs in all" in capsys.readouterr().out
+    rows = ("grpo", "alp@beta=0.0001", "alp@beta=0.001")
+    evals = {}
+    for row in rows:
+        for seed in (0, 1):
+            run = out / "runs" / "tight" / f"{row}-seed{seed}"
+            evals[(row, seed)] = json.loads((run / "eval.json").read_text())
+            assert evals[(row, seed)]["steps"] == 3
+            cfg = yaml.safe_load((run / "config.yaml").read_text())
+            assert cfg["train"]["shaper"] == row.split("@")[0] and cfg["train"]["steps"] == 3
+            assert cfg["eval"]["n_samples"] == 2  # the file's evaluation reached the runs
+            if "@" in row:
+                assert cfg["train"]["shaper_kwargs"]["beta"] == float(row.split("=")[1])
+    records = json.loads((out / "runs.json").read_text())
+    assert sorted((r.get("row", r["method"]), r["method"], r["seed"]) for r in records) == sorted(
+        (row, row.split("@")[0], s) for row in rows for s in (0, 1)
+    )
+    assert all(("row" in r) == (r["method"] == "alp") for r in records)  # a plain row's record is as before
+    meta = json.loads((out / "comparison.json").read_text())
+    assert meta["plan"] == "mine" and meta["plan_file"] == "study.toml" and meta["presets"]["alp@beta=0.001"] == "alp"
+    assert (out / "study.toml").read_text() == USER_STUDY
+
+    page = json.loads((out / "results.json").read_text())
+    assert page["baseline"] == "grpo" and [r["row"] for r in page["regimes"]["tight"]] == list(rows)
+    for r in page["regimes"]["tight"]:
+        acc = [evals[(r["row"], s)]["final"]["accuracy"] for s in (0, 1)]
+        length = [evals[(r["row"], s)]["final"]["mean_length"] for s in (0, 1)]
+        assert r["seeds"] == [0, 1] and r["accuracy"]["mean"] == pytest.approx(sum(acc) / 2)
+        assert r["mean_length"]["mean"] == pytest.approx(sum(length) / 2)
+        d = [evals[(r["row"], s)]["final"]["accuracy"] - evals[("grpo", s)]["final"]["accuracy"] for s in (0, 1)]
+        half = scipy_stats.t.ppf(0.975, 1) * abs(d[0] - d[1]) / 2**0.5 / 2**0.5  # sd of 2 values: |a-b|/sqrt 2
+        vs = r["accuracy_vs_baseline"]
+        assert vs["estimate"] == pytest.approx(sum(d) / 2, abs=1e-12) and vs["n"] == 2
+        if half > 0:
+            assert (vs["low"], vs["high"]) == (pytest.approx(sum(d) / 2 - half), pytest.approx(sum(d) / 2 + half))
+    text = (out / "results.md").read_text()
+    assert text.startswith("# Results: mine") and "| alp@beta=0.001 | 2 |" in text
+    assert main(["results", str(out), "--report", str(tmp_path / "again.md")]) == 0
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again == page
+
+
+def test_the_generic_pages_row_by_hand():
+    """Two seeds: accuracy 0.55, 0.58 against grpo's 0.5, 0.6: differences 0.05, -0.02, mean 0.015, sd 0.07 / sqrt 2,
+    t(0.975, 1 df) = 12.7062: half-width 12.7062 x 0.049497 / sqrt 2 = 0.44472. An AES undefined at one seed
+    leaves one paired seed: an estimate without an interval."""
+    from dynashape.study.generic_page import _row, markdown
+
+    def ev(accuracy, length, aes):
+        return {"final": {"accuracy": accuracy, "mean_length": length}, "aes": aes}
+
+    base = {0: ev(0.5, 40, None), 1: ev(0.6, 42, 0.1)}
+    row = _row("alp@beta=0.001", {0: ev(0.55, 30, 0.3), 1: ev(0.58, 33, 0.2)}, base)
+    assert row["accuracy"]["mean"] == pytest.approx(0.565) and row["accuracy"]["sd"] == pytest.approx(0.0212132)
+    vs = row["accuracy_vs_baseline"]
+    assert vs["estimate"] == pytest.approx(0.015) and vs["n"] == 2
+    assert (vs["low"], vs["high"]) == (
+        pytest.approx(0.015 - 0.44472, abs=1e-5),
+        pytest.approx(0.015 + 0.44472, abs=1e-5),
+    )
+    assert row["mean_length_vs_baseline"]["estimate"] == pytest.approx(-9.5)
+    assert row["aes_vs_baseline"] == {"estimate": pytest.approx(0.1), "low": None, "high": None, "n": 1, "seeds": [1]}
+    text = markdown({"study": "mine", "baseline": "grpo", "regimes": {"tight": [_row("grpo", base, base), row]}}, "x")
+    assert "| grpo | 2 | 0.550 ± 0.071 | 41.0 ± 1.4 | 0.100 | (baseline) | (baseline) | (baseline) |" in text
+    assert "| alp@beta=0.001 | 2 | 0.565 ± 0.021 | 31.5 ± 2.1 | 0.250 ± 0.071 | +0.015 [-0.430, +0.460] (n=2) |" in text

@@ -99,7 +99,10 @@ def markdown(results: Mapping[str, Any], written: str) -> str:
         lines.append("|---" * (2 + len(heads)) + "|")
         for r in rows:
             cells = [_cell(r[m], digits[m]) for m in METRICS]
-            cells += [_difference(r[f"{m}_vs_baseline"], digits[m]) for m in METRICS]
+            if r["row"] == results["baseline"]:
+                cells += ["(baseline)"] * len(METRICS)
+            else:
+                cells += [_difference(r[f"{m}_vs_baseline"], digits[m]) for m in METRICS]
             lines.append(f"| {r['row']} | {len(r['seeds'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
