@@ -298,3 +298,16 @@ def test_the_generic_pages_row_by_hand():
     text = markdown({"study": "mine", "baseline": "grpo", "regimes": {"tight": [_row("grpo", base, base), row]}}, "x")
     assert "| grpo | 2 | 0.550 ± 0.071 | 41.0 ± 1.4 | 0.100 | (baseline) | (baseline) | (baseline) |" in text
     assert "| alp@beta=0.001 | 2 | 0.565 ± 0.021 | 31.5 ± 2.1 | 0.250 ± 0.071 | +0.015 [-0.430, +0.460] (n=2) |" in text
+
+
+def test_the_documented_example_is_a_valid_study(tmp_path):
+    """docs/comparison.md's example, copied as a user would, loads: every row of it, its sweep's named rows."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "comparison.md").read_text()
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "my-study.toml").write_text(example)
+    plan = load_plan_file(tmp_path / "my-study.toml")
+    assert plan.name == "my-study" and plan.page == "generic" and plan.baseline == "grpo"
+    assert plan.rows["tight"] == ("grpo", "lead", "grpo_length", "alp@beta=0.0001", "alp@beta=0.001", "gdpo")
+    assert plan.fixed["tight/grpo_length"] == {"shaper_kwargs": {"threshold": 32}} and plan.row_seeds == {
+        "tight/gdpo": 2
+    }

@@ -1,7 +1,7 @@
 """The pre-registered comparison: which runs, with which seeds, tuned how; the runner does the rest.
 
     out/comparison.json                       the command, plan, seeds, machine, wall time (all invocations)
-    out/runs/<regime>/<method>-seed<s>/        test-split runs (``train``'s run folders)
+    out/runs/<regime>/<row>-seed<s>/           test-split runs (``train``'s run folders; a plain row is its preset)
     out/tuning/<regime>/<method>/<key>=<v>-seed<s>/   validation-split tuning runs
     out/tuning.json                           every grid value's validation numbers and the value chosen
     out/runs.json                             an index, one line per finished run (its numbers: the run's eval.json)
