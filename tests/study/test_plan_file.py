@@ -177,6 +177,11 @@ def _refused(change: dict, match: str) -> None:
         ({"rows": {"tight": ["grpo", {"method": "alp", "fixed": {"shaper_kwargs.gamma": 1}}]}}, r"alp.fixed = .*gamma"),
         ({"rows": {"tight": ["grpo", {"method": "alp", "colour": 1}]}}, r"rows.tight.colour = 1: unknown key"),
         ({"controls": {"folder": "x"}}, r"controls = .*must be a table with exactly folder, rows"),
+        ({"rows": {"tight": ["grpo", {"method": "alp", "fixed": {"seed": 3}}]}},
+         r"rows.tight.alp.fixed.seed = 3: is set by the study: the study's paired seeds"),
+        ({"rows": {"tight": ["grpo", {"method": "alp", "sweep": {"seed": [1, 2]}}]}}, r"sweep = 'seed': 'alp' has no"),
+        ({"rows": {"tight": ["grpo", {"method": "alp", "sweep": {"lr.x": [1]}}]}}, r"sweep = 'lr.x': 'alp' has no"),
+        ({"rows": {"tight": ["grpo", {"method": "alp", "sweep": {"shaper_kwargs": [1]}}]}}, r"sweep = 'shaper_kwargs'"),
     ],
 )  # fmt: skip
 def test_every_key_is_checked_naming_the_file_the_key_and_the_value(change, match):

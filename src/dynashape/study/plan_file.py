@@ -62,6 +62,13 @@ TOP_KEYS = (
 ROW_KEYS = ("method", "fixed", "sweep", "seeds")
 CONTROL_KEYS = ("folder", "rows")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+RESERVED = {
+    "method": "the row's preset",
+    "shaper": "the row's preset",
+    "regime": "the key of rows it is listed under",
+    "seed": "the study's paired seeds",
+}
+"""TrainConfig fields a row cannot fix or sweep: the study sets them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -318,6 +325,9 @@ def _expand(
     if not isinstance(fixed, dict):
         raise _fail(where, f"{key}.{method}.fixed", fixed, "must be a table of make_train_config overrides")
     fixed = _nested_all(fixed)  # { "shaper_kwargs.x" = 1 } as { shaper_kwargs = { x = 1 } }
+    if set(fixed) & set(RESERVED):
+        taken = sorted(set(fixed) & set(RESERVED))[0]
+        raise _fail(where, f"{key}.{method}.fixed.{taken}", fixed[taken], "is set by the study: " + RESERVED[taken])
     if "sweep" not in entry:
         _check_overrides(where, f"{key}.{method}.fixed", method, regime, fixed)
         return [(method, method, fixed, n)]
@@ -351,9 +361,11 @@ def _sweep(where: str, key: str, method: str, value: Any) -> tuple[str, list[Any
         have = [f.name for f in dataclasses.fields(config_class(PRESETS[method]["shaper"]))]
     elif head in sections:
         have = [f.name for f in dataclasses.fields(sections[head])]
-    else:
-        have = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in sections]
-    if (tail if tail else head) not in have or (tail and head not in ("shaper_kwargs", *sections)) or "." in tail:
+    else:  # a plain TrainConfig field: nothing after it
+        have = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in sections and f.name not in RESERVED]
+        have.remove("shaper_kwargs")
+        tail = head if not tail else path  # "lr" names a field; "lr.x" names none
+    if tail not in have:
         raise _fail(where, key, path, f"{method!r} has no such parameter; it has {', '.join(have)}")
     return path, values
 
