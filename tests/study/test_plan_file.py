@@ -177,6 +177,7 @@ def _refused(change: dict, match: str) -> None:
         ({"rows": {"tight": ["grpo", {"method": "alp", "fixed": {"shaper_kwargs.gamma": 1}}]}}, r"alp.fixed = .*gamma"),
         ({"rows": {"tight": ["grpo", {"method": "alp", "colour": 1}]}}, r"rows.tight.colour = 1: unknown key"),
         ({"controls": {"folder": "x"}}, r"controls = .*must be a table with exactly folder, rows"),
+        ({"page": "v1", "baseline": None}, r"page = 'v1': a sweep's rows \(alp@beta=0.1, alp@beta=0.25\) need page"),
         ({"rows": {"tight": ["grpo", {"method": "alp", "fixed": {"seed": 3}}]}},
          r"rows.tight.alp.fixed.seed = 3: is set by the study: the study's paired seeds"),
         ({"rows": {"tight": ["grpo", {"method": "alp", "sweep": {"seed": [1, 2]}}]}}, r"sweep = 'seed': 'alp' has no"),
@@ -196,7 +197,7 @@ def test_a_missing_key_and_a_file_that_is_not_toml_are_named(tmp_path):
     with pytest.raises(StudyFileError, match=rf"{bad}: not TOML"):
         load_plan_file(bad)
     with pytest.raises(StudyFileError, match=r"baseline = 'grpo': only a generic page reads a baseline"):
-        parse_plan({**SWEEP, "page": "v1"}, "mine.toml")
+        parse_plan({**SWEEP, "page": "v1", "rows": {"tight": ["grpo"]}}, "mine.toml")
 
 
 # ------------------------------------------------------------------------------------- a user's study, run

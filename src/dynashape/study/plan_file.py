@@ -192,6 +192,8 @@ def parse_plan(data: Mapping[str, Any], where: str) -> ComparisonPlan:
     if not isinstance(tune, bool):
         raise _fail(where, "tune", tune, "must be true or false")
     rows, presets, fixed, row_seeds = _rows(where, data["rows"], len(seeds))
+    if presets and data["page"] != "generic":  # those pages read runs by preset: a sweep's rows would merge
+        raise _fail(where, "page", data["page"], f"a sweep's rows ({', '.join(presets)}) need page = 'generic'")
     baseline = _baseline(where, data.get("baseline"), data["page"], rows)
     return ComparisonPlan(
         rows=rows,
