@@ -317,3 +317,20 @@ def test_the_documented_example_is_a_valid_study(tmp_path):
     assert plan.fixed["tight/grpo_length"] == {"shaper_kwargs": {"threshold": 32}} and plan.row_seeds == {
         "tight/gdpo": 2
     }
+
+
+def test_plan_names_a_committed_study_or_a_file(tmp_path):
+    """--plan v2 finds the committed file by its name (the package's studies/, this checkout's studies/ through
+    the link that ships the files in the wheel); a path loads that file; anything else is refused by name."""
+    from dynashape.study.plan_file import find_plan
+
+    root = Path(__file__).resolve().parents[2]
+    assert studies_dir().resolve() == root / "studies"
+    plan, path = find_plan("v2")
+    assert plan.name == "v2" and path is None
+    plan, path = find_plan(str(root / "studies" / "field.toml"))
+    assert plan == committed_plans()["field"] and path == root / "studies" / "field.toml"
+    with pytest.raises(StudyFileError, match=r"--plan 'v3': neither a committed study \(field, full, v2\) nor"):
+        find_plan("v3")
+    with pytest.raises(StudyFileError, match=r"nor a study file"):
+        find_plan(str(tmp_path / "missing.toml"))
