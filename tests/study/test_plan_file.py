@@ -178,6 +178,7 @@ def _refused(change: dict, match: str) -> None:
         ({"rows": {"tight": ["grpo", {"method": "alp", "colour": 1}]}}, r"rows.tight.colour = 1: unknown key"),
         ({"controls": {"folder": "x"}}, r"controls = .*must be a table with exactly folder, rows"),
         ({"page": "v1", "baseline": None}, r"page = 'v1': a sweep's rows \(alp@beta=0.1, alp@beta=0.25\) need page"),
+        ({"rows": {"tight": ["grpo", "best_global"]}}, r"rows = 'best_global': the generic page reads rows by name"),
         ({"rows": {"tight": ["grpo", {"method": "alp", "fixed": {"seed": 3}}]}},
          r"rows.tight.alp.fixed.seed = 3: is set by the study: the study's paired seeds"),
         ({"rows": {"tight": ["grpo", {"method": "alp", "sweep": {"seed": [1, 2]}}]}}, r"sweep = 'seed': 'alp' has no"),

@@ -194,6 +194,8 @@ def parse_plan(data: Mapping[str, Any], where: str) -> ComparisonPlan:
     rows, presets, fixed, row_seeds = _rows(where, data["rows"], len(seeds))
     if presets and data["page"] != "generic":  # those pages read runs by preset: a sweep's rows would merge
         raise _fail(where, "page", data["page"], f"a sweep's rows ({', '.join(presets)}) need page = 'generic'")
+    if data["page"] == "generic" and any(BEST_GLOBAL in names for names in rows.values()):
+        raise _fail(where, "rows", BEST_GLOBAL, "the generic page reads rows by name; name the baseline you mean")
     baseline = _baseline(where, data.get("baseline"), data["page"], rows)
     return ComparisonPlan(
         rows=rows,
