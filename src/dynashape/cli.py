@@ -176,10 +176,6 @@ class _PresetHelp(argparse.HelpFormatter):
         return text
 
 
-# dynashape.study.compare.COMPARISON_PLAN's names (not imported: startup time)
-COMPARISON_PLANS = ("field", "full", "v2")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dynashape", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -218,10 +214,10 @@ def _add_compare_command(sub) -> None:
     )
     p.add_argument(
         "--plan",
-        choices=sorted(COMPARISON_PLANS),
         default=None,
         help=(
-            "a pre-registered plan: full (docs/results.md), v2, the powered follow-up (docs/results-v2.md), or field, "
+            "a study file (PATH.toml: docs/comparison.md, 'A study is a data file') or a committed study's name: "
+            "full (studies/v1.toml, docs/results.md), v2, the powered follow-up (docs/results-v2.md), or field, "
             "the field's length methods (docs/results-field.md)"
         ),
     )
@@ -423,10 +419,12 @@ def _seeds(text: str | None, default: Sequence[int]) -> list[int]:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from dynashape.study.compare import COMPARISON_PLAN, ComparisonPlan, plan_rows, run_comparison
+    from dynashape.study.compare import ComparisonPlan, plan_rows, run_comparison
+    from dynashape.study.pages import PAGES
+    from dynashape.study.plan_file import find_plan
     from dynashape.study.scheduler import Placement
 
-    plan = COMPARISON_PLAN[args.plan] if args.plan else None
+    plan, study_file = find_plan(args.plan) if args.plan else (None, None)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
     if plan is None and methods is None:
         methods = ["lead", "grpo_length", "gdpo", "shorterbetter", "drpo"]
@@ -434,7 +432,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     plan = plan or ComparisonPlan(rows={})
     seeds = _seeds(args.seeds, plan.seeds)
     template, train_kw = _template(args, plan.eval)
-    _check_rows(template, rows, seeds[0], train_kw)
+    _check_rows(template, plan, rows, seeds[0], train_kw)
     present = {f"{r}/{m}" for r, ms in rows.items() for m in ms}
     out = Path(args.out)
     result = run_comparison(
@@ -447,48 +445,54 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         tune=plan.tune and not args.no_tuning,
         row_seeds={k: n for k, n in plan.row_seeds.items() if k in present},
         fixed={k: v for k, v in plan.fixed.items() if k in present},
+        presets={k: v for k, v in plan.presets.items() if any(k in ms for ms in rows.values())},
         workers=args.jobs,
         placement=Placement(address=args.ray_address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run),
         progress=not args.no_progress,
         log=lambda line: print(f"{time.strftime('%H:%M:%S')} {line}", flush=True),
         command="dynashape " + shlex.join(args.argv),
-        plan_name=args.plan,
+        plan_name=plan.name,
+        study_file=study_file,
         dry_run=args.dry_run,
     )
     if args.dry_run:
         return 0
-    if args.plan == "field":
-        _field_page_after_compare(out, args.report)
+    if PAGES[plan.page].keeps_committed_page:
+        _committed_page_after_compare(out, args.report, plan)
     else:
         _write_results(out, args.report)
     return 1 if result["failed"] else 0
 
 
-def _field_page_after_compare(out: Path, report: str | None) -> None:
-    """The field page keeps the plan block of a committed page and reads the follow-up's controls: without
-    ``--report`` there is no such page, so the command is named; a refusal (no plan block, a missing or unpaired
-    control) is reported without failing the runs, which are all saved."""
+def _committed_page_after_compare(out: Path, report: str | None, plan: Any) -> None:
+    """A page that keeps the plan block of a committed page (the field's, which also reads its controls):
+    without ``--report`` there is no such page, so the command is named; a refusal (no plan block, a missing or
+    unpaired control) is reported without failing the runs, which are all saved."""
     if report is None:
-        print(f"results: write the field page with `dynashape results {out} --report docs/results-field.md` (it keeps "
-              "that page's plan block; --controls DIR names the follow-up's folder)", flush=True)  # fmt: skip
+        print(f"results: write the {plan.page} page with `dynashape results {out} --report {plan.report or 'PAGE.md'}` "
+              "(it keeps that page's plan block; --controls DIR names the controls' folder)", flush=True)  # fmt: skip
         return
     try:
         _write_results(out, report)
     except ValueError as error:  # ControlsError, EvaluationMismatchError, no plan block
-        print(f"results: the field page was not written: {error}", flush=True)
+        print(f"results: the {plan.page} page was not written: {error}", flush=True)
 
 
-def _check_rows(template: Any, rows: dict[str, Sequence[str]], seed: int, train_kw: dict[str, Any]) -> None:
+def _check_rows(template: Any, plan: Any, rows: dict[str, Sequence[str]], seed: int, train_kw: dict[str, Any]) -> None:
     """Refuse what a comparison's runs would refuse, before it writes anything: the model and data once (every
-    run shares them), each row's preset and shaper parameters."""
-    from dynashape.train.presets import make_train_config
+    run shares them), each row's preset, fixed value and shaper parameters (``best_global``: both candidates)."""
+    from dynashape.study.compare import BEST_GLOBAL, GLOBAL_THRESHOLD_BASELINES, RunSpec, spec_config
     from dynashape.train.run import check_runnable, check_shaper
 
     configs = [
-        dataclasses.replace(template, train=make_train_config(method, regime=regime, seed=seed, **train_kw))
-        for regime, methods in rows.items()
-        for method in methods
-    ]
+        spec_config(RunSpec(method=plan.preset(row), regime=regime, seed=seed, overrides=point), template, train_kw)
+        for regime, names in rows.items()
+        for name in names
+        for row, point in (
+            [(m, {}) for m in GLOBAL_THRESHOLD_BASELINES] if name == BEST_GLOBAL
+            else [(name, plan.fixed.get(f"{regime}/{name}", {}))]
+        )
+    ]  # fmt: skip
     if configs:
         check_runnable(configs[0])
     for cfg in configs[1:]:

@@ -1,7 +1,7 @@
 """The pre-registered comparison: which runs, with which seeds, tuned how; the runner does the rest.
 
     out/comparison.json                       the command, plan, seeds, machine, wall time (all invocations)
-    out/runs/<regime>/<method>-seed<s>/        test-split runs (``train``'s run folders)
+    out/runs/<regime>/<row>-seed<s>/           test-split runs (``train``'s run folders; a plain row is its preset)
     out/tuning/<regime>/<method>/<key>=<v>-seed<s>/   validation-split tuning runs
     out/tuning.json                           every grid value's validation numbers and the value chosen
     out/runs.json                             an index, one line per finished run (its numbers: the run's eval.json)
@@ -29,11 +29,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from dynashape.core.text import counted
 from dynashape.io import state
 from dynashape.study.claims import BEST_GLOBAL, GLOBAL_THRESHOLD_BASELINES
+from dynashape.study.plan_file import ComparisonPlan, committed_plans
 from dynashape.study.scheduler import Job, Outcome, Placement, default_jobs, prepare, require_ray, run_jobs
 from dynashape.train.config import RunConfig
 from dynashape.train.presets import make_train_config, tuning_grids, tuning_overrides
@@ -53,81 +55,14 @@ __all__ = [
 ]
 
 TUNING_SEED_OFFSET = 100
+STUDY_FILE = "study.toml"
+"""A user's study file, as the comparison folder keeps it (committed studies are found by name)."""
 EVAL_SEED_STRIDE = 1000  # evaluate() also uses eval seed + 1 (pass@k subset): strides keep the streams apart
 
 
-@dataclass(frozen=True, kw_only=True)
-class ComparisonPlan:
-    """Rows (preset names, or ``BEST_GLOBAL``) per budget regime, and the paired seeds of every row."""
-
-    rows: Mapping[str, tuple[str, ...]]
-    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    tuning_seeds: int = 2
-    row_seeds: Mapping[str, int] = field(default_factory=dict)
-    """"regime/method" -> how many of ``seeds`` that row trains: its first ones, so every row stays paired with
-    the others (absent: all of them)."""
-    fixed: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    """"regime/method" -> the ``make_train_config`` overrides that row trains at, fixed before the study (a value
-    an earlier study tuned): no tuning runs for it."""
-    eval: Mapping[str, Any] = field(default_factory=dict)
-    """``EvalConfig`` fields of every run of the plan (its evaluation protocol)."""
-    tune: bool = True
-    """Whether rows with a tuning grid and no fixed value are tuned (on the validation split)."""
-
-
-LEAD_FAMILY = (
-    "grpo", "grpo_length", "gdpo", "shorterbetter", "drpo", "lead", "lead_static", "lead_min_correct",
-    "lead_mean_all", "lead_upper_only", "cosine", "kimi_length", "pass_rate_linear", "length_zscore",
-)  # fmt: skip
-MEDS_FAMILY = ("dapo", "meds", "meds_single_cluster", "lead_meds")
-
-
-def _followup_plan() -> ComparisonPlan:
-    """The follow-up comparison (``study.followup``): its rows at v1's tuned values, seeds per row from its power
-    analysis, its evaluation."""
-    from dynashape.study import followup
-
-    return ComparisonPlan(
-        rows=dict(followup.ROWS),
-        seeds=followup.SEEDS,
-        row_seeds=followup.load_plan()["row_seeds"],
-        fixed=dict(followup.FIXED_VALUES),
-        eval=followup.eval_overrides(),
-        tune=False,
-    )
-
-
-def _field_plan() -> ComparisonPlan:
-    """The field comparison (docs/results-field.md, its plan block): the field's length methods in both regimes at
-    the follow-up's seeds 5-9 and its registered evaluation. Each method's values come from its paper's setting by
-    the rules of ``study.field_presets``, fixed before any run and never tuned. Its controls, GRPO and LEAD, are
-    the follow-up's runs at the same seeds (the same base, eval seeds and evaluation), not trained again."""
-    from dynashape.study import followup
-    from dynashape.train.field_presets import FIELD_METHODS, FIELD_SEEDS
-
-    return ComparisonPlan(
-        rows={"tight": FIELD_METHODS, "loose": FIELD_METHODS},
-        seeds=FIELD_SEEDS,
-        eval=followup.eval_overrides(),
-        tune=False,
-    )
-
-
-COMPARISON_PLAN: Mapping[str, ComparisonPlan] = {
-    # The LEAD family (with the length shapers engines ship) and the MEDS family in the tight regime (the
-    # papers' setting); the loose regime limited to grpo, lead, lead_static, shorterbetter and the best
-    # global-threshold baseline, to keep the compute to a few days on 2 cores.
-    "full": ComparisonPlan(
-        rows={
-            "tight": LEAD_FAMILY + MEDS_FAMILY,
-            "loose": ("grpo", "lead", "lead_static", "shorterbetter", BEST_GLOBAL),
-        }
-    ),
-    # The follow-up, powered to decide v1's claims (docs/results-v2.md): fewer rows, more seeds, 16 samples.
-    "v2": _followup_plan(),
-    # The field's length methods beside the follow-up's GRPO and LEAD runs (docs/results-field.md): descriptive.
-    "field": _field_plan(),
-}
+COMPARISON_PLAN: Mapping[str, ComparisonPlan] = MappingProxyType(committed_plans())
+"""The committed studies by name (``full``: docs/results.md, ``v2``: docs/results-v2.md, ``field``:
+docs/results-field.md), read from their files, ``studies/*.toml`` (``study.plan_file``): no code builds a plan."""
 
 
 def eval_seed(base: int, seed: int) -> int:
@@ -145,6 +80,13 @@ class RunSpec:
     split: str = "test"
     overrides: Mapping[str, Any] = field(default_factory=dict)
     """``make_train_config`` overrides of a grid point (``{"shaper_kwargs": {"beta": 0.03}}``)."""
+    row: str | None = None
+    """The row's name where it is not the preset's (a sweep's row, ``alp@beta=0.1``): its run folder's name."""
+
+    @property
+    def name(self) -> str:
+        """The row's name: ``row``, else the preset's."""
+        return self.row or self.method
 
     @property
     def point(self) -> str:
@@ -155,12 +97,12 @@ class RunSpec:
 
     def folder(self) -> Path:
         if self.split == "test":
-            return Path("runs", self.regime, f"{self.method}-seed{self.seed}")
+            return Path("runs", self.regime, f"{self.name}-seed{self.seed}")
         return Path("tuning", self.regime, self.method, f"{self.point or 'preset'}-seed{self.seed}")
 
     def label(self) -> str:
-        point = f" [{self.point}]" if self.point else ""
-        return f"{self.method}{point} {self.regime} seed {self.seed}" + ("" if self.split == "test" else " (tuning)")
+        point = f" [{self.point}]" if self.point and not self.row else ""  # a sweep's row names its point
+        return f"{self.name}{point} {self.regime} seed {self.seed}" + ("" if self.split == "test" else " (tuning)")
 
 
 def spec_config(spec: RunSpec, template: RunConfig, train_overrides: Mapping[str, Any] | None = None) -> RunConfig:
@@ -228,8 +170,8 @@ def plan_rows(
             raise ValueError("methods must name at least one preset when no plan is given")
         return {r: tuple(methods) for r in (regimes or ("tight",))}
     rows = {r: rows for r, rows in plan.rows.items() if not regimes or r in regimes}
-    if methods:
-        rows = {r: tuple(m for m in ms if m in methods) for r, ms in rows.items()}
+    if methods:  # a preset's name keeps its sweep's rows too
+        rows = {r: tuple(m for m in ms if m in methods or plan.preset(m) in methods) for r, ms in rows.items()}
     return {r: ms for r, ms in rows.items() if ms}
 
 
@@ -254,8 +196,9 @@ class _Tuning:
         previous: dict,
         row_seeds: Mapping[str, int] | None = None,
         fixed: Mapping[str, Mapping[str, Any]] | None = None,
+        presets: Mapping[str, str] | None = None,
     ) -> None:
-        row_seeds, fixed = row_seeds or {}, fixed or {}
+        row_seeds, fixed, presets = row_seeds or {}, fixed or {}, presets or {}
         self.ready: list[RunSpec] = []
         self.groups: dict[tuple[str, str], list[RunSpec]] = {}  # (regime, method) -> its tuning runs
         self.waiting: dict[tuple[str, str], list[int]] = {}  # (regime, tuned method or BEST_GLOBAL) -> test seeds
@@ -274,8 +217,11 @@ class _Tuning:
             for method in methods:
                 row = list(seeds[: row_seeds.get(f"{regime}/{method}", len(seeds))])
                 if f"{regime}/{method}" in fixed:
-                    point = dict(fixed[f"{regime}/{method}"])
-                    self.ready += [RunSpec(method=method, regime=regime, seed=s, overrides=point) for s in row]
+                    point, named = dict(fixed[f"{regime}/{method}"]), presets.get(method)
+                    self.ready += [
+                        RunSpec(method=named or method, regime=regime, seed=s, overrides=point, row=named and method)
+                        for s in row
+                    ]
                 elif method in tuned or method == BEST_GLOBAL:
                     self.waiting[(regime, method)] = row
                 else:
@@ -395,6 +341,7 @@ def _write_json(path: Path, data: Any, *, compact: bool = False) -> None:
 def _record(outcome: Outcome, spec: RunSpec, out: Path) -> dict[str, Any]:
     return {
         "method": spec.method,
+        **({"row": spec.row} if spec.row else {}),  # a sweep's row; a plain row is its method (records unchanged)
         "regime": spec.regime,
         "seed": spec.seed,
         "split": spec.split,
@@ -432,12 +379,14 @@ def run_comparison(
     tune: bool = True,
     row_seeds: Mapping[str, int] | None = None,
     fixed: Mapping[str, Mapping[str, Any]] | None = None,
+    presets: Mapping[str, str] | None = None,
     workers: int | None = None,
     placement: Placement | None = None,
     progress: bool = False,
     log: Callable[[str], None] = lambda _: None,
     command: str | None = None,
     plan_name: str | None = None,
+    study_file: str | Path | None = None,
     dry_run: bool = False,
 ) -> dict[str, Any]:
     """Tune, train and evaluate every row at every seed into ``out``; returns ``{"runs", "tuning", "failed"}``.
@@ -445,8 +394,11 @@ def run_comparison(
     Untuned rows and tuning runs start together; a tuned row's test runs start as soon as its tuning has
     finished (``BEST_GLOBAL``'s when both candidates' have). ``dry_run`` only lists the runs (as ``log`` lines).
     ``row_seeds`` ("regime/method" -> n) trains a row at the first n of ``seeds`` only; ``fixed`` ("regime/method"
-    -> overrides) trains a row at a value fixed beforehand, untuned (``ComparisonPlan``); ``plan_name`` (a key of
-    ``COMPARISON_PLAN``) is recorded in comparison.json, where ``dynashape results`` reads which page to write.
+    -> overrides) trains a row at a value fixed beforehand, untuned (``ComparisonPlan``); ``presets`` (row ->
+    preset) names the preset of a row named otherwise (a sweep's row: every such row has a fixed value);
+    ``plan_name`` (a key of ``COMPARISON_PLAN``, or a study file's name) is recorded in comparison.json, where
+    ``dynashape results`` reads which page to write; ``study_file`` (a user's study file) is copied to
+    ``out/study.toml`` and named there (``plan_file``), so the folder's page needs nothing outside it.
     ``workers`` runs at once (None: the machine's cores, or what the cluster holds) on Ray, placed by
     ``placement`` (default: a local Ray); ``progress``: the study's progress bar.
 
@@ -460,6 +412,10 @@ def run_comparison(
         raise ValueError(f"tuning_seeds must be >= 1, got {tuning_seeds}")
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    named = {f"{r}/{m}" for r, ms in rows.items() for m in ms if m in (presets or {})}
+    unnamed = sorted(named - set(fixed or {}))
+    if unnamed:
+        raise ValueError(f"rows named otherwise than their preset need a fixed value (fixed), got {unnamed}")
     unknown = sorted(set(row_seeds or {}) - {f"{r}/{m}" for r, ms in rows.items() for m in ms})
     if unknown:
         raise ValueError(f"row_seeds names rows the comparison does not have: {unknown}")
@@ -468,15 +424,19 @@ def run_comparison(
         raise ValueError(f"row_seeds must be >= 1 (a row takes the first n seeds, at most all), got {bad}")
 
     def plan() -> _Tuning:  # reads the tuning an earlier invocation left (under the lock when running)
-        return _Tuning(rows, seeds, tuning_seeds, tune, _previous_tuning(out), row_seeds=row_seeds, fixed=fixed)
+        previous = _previous_tuning(out)
+        return _Tuning(rows, seeds, tuning_seeds, tune, previous, row_seeds=row_seeds, fixed=fixed, presets=presets)
 
     if dry_run:
         return _dry_run(plan(), out, workers, log)
     require_ray()  # before the folder, its lock and comparison.json
     with state.FolderLock(out, what="a comparison (dynashape compare)"):
+        if study_file is not None:
+            state.write_text(out / STUDY_FILE, Path(study_file).read_text())
         return _run_locked(
             out, plan(), rows, seeds, template, train_overrides, tuning_seeds, tune, workers, placement, progress, log,
-            command, {"plan": plan_name, "row_seeds": dict(row_seeds or {}), "fixed": dict(fixed or {})},
+            command, {"plan": plan_name, "row_seeds": dict(row_seeds or {}), "fixed": dict(fixed or {})}
+            | ({"presets": dict(presets)} if presets else {}) | ({"plan_file": STUDY_FILE} if study_file else {}),
         )  # fmt: skip
 
 

@@ -1,18 +1,20 @@
 """``dynashape results OUT``: which page a comparison folder gets, written only once its runs are shown to have
 been evaluated as its plan registered.
 
-The follow-up (plan v2) gets its pre-registered page (``followup_results``), the field comparison (plan field) its
-descriptive page beside the follow-up's GRPO and LEAD runs (``field_results``), a plan with v1's claims gets v1's
-page (``results``). Every page records, beside the plan's evaluation, each run's own (its config.yaml); where they
-differ no verdict is written unless the caller asks for a page marked as deviating.
+The page is the one its study file names (``page``, ``PAGES``): ``v1``, the first comparison's claims
+(``results``); ``v2``, the follow-up's pre-registered page (``followup_results``); ``field``, the field's
+descriptive page beside its controls, the follow-up's GRPO and LEAD runs (``field_results``); ``generic``, a table
+per regime against the file's baseline row (``generic_page``). An ad-hoc comparison (``--methods``, no plan) gets
+v1's page without claims. Every page records, beside the plan's evaluation, each run's own (its config.yaml);
+where they differ no verdict is written unless the caller asks for a page marked as deviating.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from dynashape.io import state
 from dynashape.study.evaluation_check import (
@@ -22,9 +24,10 @@ from dynashape.study.evaluation_check import (
     run_evaluation,
     summarize,
 )
+from dynashape.study.plan_file import ComparisonPlan, load_plan_file
 from dynashape.study.results import load_runs
 
-__all__ = ["plan_of", "write_page"]
+__all__ = ["PAGES", "Page", "plan_of", "study_of", "write_page"]
 
 
 def plan_of(meta: Mapping[str, Any]) -> str | None:
@@ -41,13 +44,22 @@ def plan_of(meta: Mapping[str, Any]) -> str | None:
     return None
 
 
-def evaluation_record(out: Path, plan: str | None) -> dict[str, Any]:
-    """The plan's registered evaluation, each finished run's own, and the differences (``evaluation_check``)."""
+def study_of(out: Path, meta: Mapping[str, Any]) -> ComparisonPlan | None:
+    """The plan the folder ``out`` ran: its own copy of a user's study file (comparison.json ``plan_file``), a
+    committed study by name (``plan_of``), or None for an ad-hoc comparison."""
     from dynashape.study.compare import COMPARISON_PLAN
 
-    if plan is not None and plan not in COMPARISON_PLAN:
-        raise ValueError(f"comparison.json names plan {plan!r}, which is not one of {sorted(COMPARISON_PLAN)}")
-    expected = registered_evaluation(COMPARISON_PLAN[plan].eval) if plan else None
+    if meta.get("plan_file"):
+        return load_plan_file(out / str(meta["plan_file"]))
+    name = plan_of(meta)
+    if name is not None and name not in COMPARISON_PLAN:
+        raise ValueError(f"comparison.json names plan {name!r}, which is not one of {sorted(COMPARISON_PLAN)}")
+    return COMPARISON_PLAN[name] if name else None
+
+
+def evaluation_record(out: Path, plan: ComparisonPlan | None) -> dict[str, Any]:
+    """The plan's registered evaluation, each finished run's own, and the differences (``evaluation_check``)."""
+    expected = registered_evaluation(plan.eval) if plan else None
     records = load_runs(out)
     deviations = evaluation_deviations(out, records, expected)
     finished = [r for r in records if r.get("split", "test") == "test" and r.get("eval")]
@@ -57,6 +69,48 @@ def evaluation_record(out: Path, plan: str | None) -> dict[str, Any]:
         "deviating_runs": sorted({d.run_dir for d in deviations}),
         "deviations": summarize(deviations, against="the plan has" if plan else "most runs have"),
     }
+
+
+class Page(NamedTuple):
+    """A results page a study file can name."""
+
+    write: Callable[..., list[Path]]
+    """(out, report, plan or None, evaluation, n_boot, controls) -> the paths written."""
+    keeps_committed_page: bool = False
+    """The page keeps a committed page's plan block (so ``dynashape compare`` writes it only with ``--report``)."""
+
+
+def _v1(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: Any, n_boot: int, controls: Any) -> Any:
+    from dynashape.study.results import write_results
+
+    return write_results(out, report, n_boot=n_boot, evaluation=evaluation, registered=plan is not None)
+
+
+def _v2(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: Any, n_boot: int, controls: Any) -> Any:
+    from dynashape.study.followup_results import write_followup_results
+
+    return write_followup_results(out, report, n_boot=n_boot, evaluation=evaluation)
+
+
+def _field(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: Any, n_boot: int, controls: Any) -> Any:
+    from dynashape.study.field_results import write_field_results
+
+    return write_field_results(out, report, controls=controls, evaluation=evaluation)
+
+
+def _generic(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: Any, n_boot: int, controls: Any) -> Any:
+    from dynashape.study.generic_page import write_generic_results
+
+    return write_generic_results(out, report, plan, evaluation=evaluation)  # type: ignore[arg-type]
+
+
+PAGES: Mapping[str, Page] = {
+    "v1": Page(_v1),
+    "v2": Page(_v2),
+    "field": Page(_field, keeps_committed_page=True),
+    "generic": Page(_generic),
+}
+"""page kind (a study file's ``page``, ``plan_file.PAGE_KINDS``) -> its writer."""
 
 
 def write_page(
@@ -79,25 +133,19 @@ def write_page(
     if not out.is_dir():  # a mistyped folder must not rewrite a results page with nothing
         raise ValueError(f"out must be a comparison folder (dynashape compare --out), got {str(out)!r}")
     meta = state.read_json(out / "comparison.json") if (out / "comparison.json").exists() else {}
-    plan = plan_of(meta)
-    if controls is not None and plan != "field":
-        raise ValueError(f"--controls applies to the field comparison's page only; {out} ran plan {plan!r}")
+    plan = study_of(out, meta)
+    if controls is not None and not (plan and plan.controls):
+        name = plan and plan.name
+        raise ValueError(
+            f"--controls applies to a study with controls (the field comparison's page only); {out} ran plan {name!r}"
+        )
     evaluation = evaluation_record(out, plan)
     if evaluation["deviations"] and not deviating:
         raise EvaluationMismatchError(
             f"{len(evaluation['deviating_runs'])} runs of {out} were not evaluated as "
-            f"{'plan ' + plan if plan else 'the other runs'} registered: "
+            f"{'plan ' + str(plan.name) if plan else 'the other runs'} registered: "
             + "; ".join(evaluation["deviations"])
             + ". No verdict is written; --deviating writes a page marked as deviating"
         )
-    if plan == "v2":
-        from dynashape.study.followup_results import write_followup_results
-
-        return write_followup_results(out, report, n_boot=n_boot, evaluation=evaluation)
-    if plan == "field":
-        from dynashape.study.field_results import write_field_results
-
-        return write_field_results(out, report, controls=controls, evaluation=evaluation)
-    from dynashape.study.results import write_results
-
-    return write_results(out, report, n_boot=n_boot, evaluation=evaluation, registered=plan is not None)
+    page = PAGES[plan.page if plan else "v1"]
+    return page.write(out, Path(report), plan, evaluation, n_boot, controls)
