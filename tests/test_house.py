@@ -27,7 +27,7 @@ LONG_FUNCTIONS = {
     "core/batch.py::__post_init__",
     "integrations/verl/estimators.py::estimate",
 }
-LONG_MODULES = {"cli.py", "train/config.py", "study/compare.py"}
+LONG_MODULES = {"cli.py", "train/config.py"}
 
 
 def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
