@@ -335,3 +335,13 @@ def test_plan_names_a_committed_study_or_a_file(tmp_path):
         find_plan("v3")
     with pytest.raises(StudyFileError, match=r"nor a study file"):
         find_plan(str(tmp_path / "missing.toml"))
+
+
+def test_the_architecture_pages_study_example_is_a_valid_study(tmp_path):
+    """docs/architecture.md's "Add a study" example loads, with the run count its text states (12)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md").read_text()
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "alp-strength.toml").write_text(example)
+    plan = load_plan_file(tmp_path / "alp-strength.toml")
+    assert plan.rows == {"tight": ("grpo", "lead", "alp@beta=0.0001", "alp@beta=0.001")}
+    assert len(plan.rows["tight"]) * len(plan.seeds) == 12 and "trains the 12 runs" in text
