@@ -414,6 +414,89 @@ def test_gfpo_masks_exactly_the_dropped_rows(make_trainer, store, tmp_path):
     torch.testing.assert_close(adv, core.advantages, rtol=0, atol=0)
 
 
+# verl's loss aggregations on a GFPO batch: two groups of 4 in verl's interleaved order, keep=3 (the 3 shortest)
+AGG_UIDS = ["b", "a", "b", "a", "a", "b", "a", "b"]
+AGG_LENGTHS = [7, 5, 12, 9, 40, 60, 50, 30]
+AGG_ACC = [True, True, True, False, False, False, True, False]
+AGG_LOG_RATIO = [0.02, -0.05, 0.1, 0.04, 0.0, 0.0, 0.0, -0.08]  # log(pi / pi_old) per row, inside the clip
+VERL_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def _gfpo_loss_by_hand(mode: str) -> float:
+    """GFPO's loss over the kept rows only, worked per row. Kept: a = rows 1 (5 tokens, right), 3 (9, wrong),
+    4 (40, wrong); b = rows 0 (7, right), 2 (12, right), 7 (30, wrong). Each group's kept rewards are one 1 and
+    two 0s or two 1s and one 0: mean 1/3 or 2/3, Bessel std sqrt(1/3), so A = +-2/3 / (sqrt(1/3) + 1e-4) for
+    the lone reward and -+1/3 / (sqrt(1/3) + 1e-4) for the pair. Ratio 1 + small: the clip is inactive, each
+    token's loss is -A exp(log ratio)."""
+    s = 3**-0.5 + 1e-4
+    big, small = (2 / 3) / s, (1 / 3) / s
+    kept = {1: big, 3: -small, 4: -small, 0: small, 2: small, 7: -big}
+    token_loss = {i: -a * float(np.exp(AGG_LOG_RATIO[i])) for i, a in kept.items()}
+    seq_sum = {i: token_loss[i] * AGG_LENGTHS[i] for i in kept}
+    if mode == "token-mean":
+        return sum(seq_sum.values()) / sum(AGG_LENGTHS[i] for i in kept)
+    if mode == "token-sum":
+        return sum(seq_sum.values())
+    if mode == "seq-mean-token-mean":
+        return sum(token_loss.values()) / len(kept)
+    horizon = max(AGG_LENGTHS)  # verl's padded width, the default loss_scale_factor
+    return sum(seq_sum.values()) / len(kept) / (horizon if mode == "seq-mean-token-sum-norm" else 1)
+
+
+@pytest.mark.parametrize("mode", VERL_AGG_MODES)
+def test_gfpo_loss_under_each_verl_aggregation_mode(make_trainer, store, tmp_path, mode):
+    """Our trainer mode masks the dropped rows; verl 0.9.1's own policy loss then aggregates as its v1 trainer
+    does (global_batch_size = ppo_mini_batch_size x n = 8 rows, batch_num_tokens = the masked loss_mask's sum).
+    token-mean and token-sum give GFPO's loss over the kept rows exactly. The sequence means divide by all 8
+    rows, so they give 6/8 of it: the start-up check refuses them with one line naming the key and value."""
+    # the masking does not read the mode (a refused mode would stop the trainer at its start-up check)
+    trainer = make_trainer(config(tmp_path, "gfpo", {"keep": 3}, actor_rollout_ref__rollout__n=4))
+    store["train"] = rows_td(AGG_UIDS, AGG_LENGTHS, AGG_ACC)
+    trainer._compute_advantage(Meta(len(AGG_UIDS)), {})
+    response_mask = store["train"]["response_mask"].to_padded_tensor(0).bool()
+    loss_mask = store["train"]["loss_mask"].to_padded_tensor(0)
+    advantages = store["train"]["advantages"].to_padded_tensor(0.0).float()
+    assert [int(r.sum()) for r in response_mask] == [7, 5, 12, 9, 40, 0, 0, 30]  # rows 5 and 6 dropped
+    log_prob = torch.tensor(AGG_LOG_RATIO).unsqueeze(1).expand_as(advantages)
+    actor = omegaconf.OmegaConf.create(
+        {
+            "clip_ratio": 0.2,
+            "clip_ratio_low": 0.2,
+            "clip_ratio_high": 0.28,
+            "clip_ratio_c": 3.0,
+            "global_batch_info": {
+                "dp_size": 1,
+                "batch_num_tokens": int(loss_mask.sum()),
+                "global_batch_size": len(AGG_UIDS),  # ppo_mini_batch_size (2 prompts) x rollout.n (4)
+                "loss_scale_factor": None,
+            },
+        }
+    )
+    pg_loss, _ = core_algos.get_policy_loss_fn("vanilla")(
+        old_log_prob=torch.zeros_like(log_prob),
+        log_prob=log_prob,
+        advantages=advantages,
+        response_mask=response_mask,
+        loss_agg_mode=mode,
+        config=actor,
+    )
+    want = _gfpo_loss_by_hand(mode)
+    cfg = config(
+        tmp_path, "gfpo", {"keep": 3}, actor_rollout_ref__rollout__n=4, actor_rollout_ref__actor__loss_agg_mode=mode
+    )
+    refused = [p for p in config_problems(cfg) if "loss_agg_mode" in p]
+    if mode in ("token-mean", "token-sum"):
+        assert float(pg_loss) == pytest.approx(want, rel=1e-5)
+        assert refused == []
+    else:
+        assert float(pg_loss) == pytest.approx(want * 6 / 8, rel=1e-5)  # the 2 dropped rows in the divisor
+        assert abs(want) > 1e-3  # so 6/8 of it is a different loss
+        assert len(refused) == 1 and refused[0].startswith(f"actor_rollout_ref.actor.loss_agg_mode={mode}: ")
+        assert "\n" not in refused[0] and "set actor_rollout_ref.actor.loss_agg_mode=token-mean" in refused[0]
+        with pytest.raises(VerlConfigError, match=f"loss_agg_mode={mode}"):
+            check_config(cfg)
+
+
 def test_gfpo_outside_the_trainer_mode_is_refused_at_the_call():
     fn = core_algos.get_adv_estimator_fn("gfpo")
     mask = torch.ones(2, 3)

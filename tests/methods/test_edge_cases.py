@@ -46,10 +46,17 @@ def test_all_wrong_batch():
     )
     # AALC at A_val = 1: 1e-6 * (1 - min(1, l / 1024)) = 1e-6 * (924/1024), 0, 1e-6 * (724/1024), 0
     torch.testing.assert_close(
-        aalc_reward(ALL_WRONG, LENGTHS, val_accuracy=1.0),
+        aalc_reward(ALL_WRONG, LENGTHS, val_accuracy=1.0, precision="float64"),
         torch.tensor([1e-6 * 924 / 1024, 0.0, 1e-6 * 724 / 1024, 0.0], dtype=F64),
         rtol=0,
         atol=1e-18,
+    )
+    # the official float32 arithmetic (the default) rounds them to float32: relative 6e-8 near 1e-6
+    torch.testing.assert_close(
+        aalc_reward(ALL_WRONG, LENGTHS, val_accuracy=1.0),
+        torch.tensor([1e-6 * 924 / 1024, 0.0, 1e-6 * 724 / 1024, 0.0], dtype=F64),
+        rtol=6e-8,
+        atol=0,
     )
     # every normalised advantage of a constant batch is 0
     assert torch.equal(dler_advantages(zeros, g, LENGTHS), zeros)

@@ -69,8 +69,12 @@ def test_gfpo_equals_loop(batch, k, by):
     keep = [False] * len(r)
     adv = [0.0] * len(r)
     for idx in rows.values():
-        score = (lambda i: lengths[i]) if by == "length" else (lambda i: -r[i] / max(lengths[i], 1))
-        chosen = sorted(idx, key=lambda i: (score(i), i))[:k]  # ties: the earlier row
+        # trl's GFPO: torch.topk over the filter's scores (-length, or float32 r / |y|), ties as topk breaks them
+        if by == "length":
+            scores = torch.tensor([-int(lengths[i]) for i in idx])
+        else:
+            scores = torch.tensor([float(torch.tensor(r[i], dtype=torch.float32)) / max(lengths[i], 1) for i in idx])
+        chosen = [idx[j] for j in torch.topk(scores, min(k, len(idx))).indices.tolist()]
         for i in chosen:
             keep[i] = True
         xs = [r[i] for i in chosen]

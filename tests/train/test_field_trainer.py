@@ -8,6 +8,7 @@ import re
 from collections import Counter
 
 import pytest
+import torch
 
 from dynashape.meds.keys import prompt_key
 from dynashape.shapers.field import L1ExactShaper
@@ -219,3 +220,40 @@ def test_thinkprune_runs_its_schedule_inside_one_run(tiny_config, parity_verifie
     caps = [m.get("thinkprune/max_length") for m in result.metrics if m["groups_kept"] > 0]
     expected = [cap for m, cap in zip(result.metrics, (24.0, 16.0, 8.0), strict=True) if m["groups_kept"] > 0]
     assert caps == expected and caps
+
+
+def test_gfpo_dropped_rows_leave_the_trainers_loss(tiny_config, parity_verifier, tmp_path, monkeypatch):
+    """The loop hands the loss GFPO's kept rows: the loss it computes is the kept rows' token mean, which differs
+    from the all-rows one (a dropped row's advantage is 0, but its tokens would still count in the denominator).
+    One on-policy update per step (one mini-batch, one epoch, fused): ratio 1, so pg_loss = -sum(A m) / sum(m)
+    over the kept rows' tokens m, worked from the shaper's own keep and the tensors the loss received."""
+    from dynashape.losses import registry as objectives
+    from dynashape.shapers.field import GfpoShaper
+
+    shaped, calls = [], []
+    original_shape, clip = GfpoShaper.shape, objectives.get_loss("clip")
+    monkeypatch.setattr(
+        GfpoShaper, "shape", lambda self, batch: shaped.append(original_shape(self, batch)) or shaped[-1]
+    )
+
+    def recording_clip(inputs, cfg):
+        out = clip(inputs, cfg)
+        calls.append((inputs, float(out.diagnostics["pg_loss"].detach())))
+        return out
+
+    monkeypatch.setitem(objectives._REGISTRY, "clip", recording_clip)
+    cfg = tiny_config("grpo", shaper="gfpo", shaper_kwargs={"keep": 2}, mini_batches=1, steps=2)
+    train(cfg, tmp_path / "gfpo", progress=False, verifier=parity_verifier, report=False)
+    assert len(calls) == len(shaped) == 2
+    gaps = []
+    for (inputs, pg_loss), out in zip(calls, shaped, strict=True):
+        assert torch.equal(inputs.logprobs.detach(), inputs.old_logprobs)  # ratio 1
+        keep = out.keep.to(inputs.response_mask.device)
+        assert int(keep.sum()) == len(keep) // 2  # 2 of each group of 4
+        adv_tokens = inputs.advantages.double().unsqueeze(1) * inputs.response_mask.double()
+        mask = inputs.response_mask.double()
+        kept = -adv_tokens[keep].sum() / mask[keep].sum()
+        every_row = -adv_tokens.sum() / mask.sum()
+        assert pg_loss == pytest.approx(float(kept), rel=1e-5, abs=1e-7)
+        gaps.append(abs(float(kept - every_row)))
+    assert max(gaps) > 1e-3, "the batch must tell kept-rows from all-rows losses apart"

@@ -6,7 +6,7 @@ paper, the official code (repository, path, commit read) and where code and pape
 blocks: the registered shapers compose them. Imports only the core (`dynashape.core.groups`, `dynashape.core.checks`).
 """
 
-from dynashape.methods.aalc import AalcConfig, AalcSchedule, aalc_reward
+from dynashape.methods.aalc import AalcConfig, AalcSchedule, aalc_grpo_float32, aalc_reward
 from dynashape.methods.adlp import AdlpConfig, AdlpController, AdlpStep, adlp_lambda_update, adlp_reward
 from dynashape.methods.alp import AlpConfig, alp_reward
 from dynashape.methods.dler import DlerConfig, dler_advantages, dler_reward
@@ -45,6 +45,7 @@ __all__ = [
     "SawConfig",
     "SawResult",
     "ThinkPruneConfig",
+    "aalc_grpo_float32",
     "aalc_reward",
     "adlp_lambda_update",
     "adlp_reward",

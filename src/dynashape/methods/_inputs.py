@@ -1,8 +1,9 @@
 """Input checks and the one reward channel most field methods share. Layer 1: tensors in, tensors out.
 
 Every check raises ValueError naming the argument and the first bad index, so that an engine adapter that passes
-a wrong column learns at once which one. The field's rewards are computed in float64: AALC adds a 1e-6 term to
-rewards near 1, which float32 (resolution about 6e-8 at 0.9) would round to a few per cent.
+a wrong column learns at once which one. The field's rewards are float64 tensors: AALC adds a 1e-6 term to
+rewards near 1, which float32 (resolution about 6e-8 at 0.9) rounds to a few per cent. Its official code does
+round it, so AALC's default reproduces that float32 arithmetic and holds the result in float64 (`aalc.py`).
 """
 
 from __future__ import annotations

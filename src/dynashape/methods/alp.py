@@ -2,11 +2,16 @@
 Layer 1: pure tensor math.
 
 Paper, Eq. (2): r(y, q) = 1[answer(y) = y*] - (beta / N) * max(p_solved(q), 1/K) * |y|, where p_solved(q) is
-the share of the K rollouts of q that are correct and N a normalisation constant. Easy prompts (high solve rate)
-pay more per token; an unsolved prompt still pays the floor 1/K. No official code was found. beta / N is one
-parameter here (`beta`); its default 1e-7 comes from a secondary reading of the paper and was not checked
-against the PDF, which states beta and N separately. K is each group's own size in the batch (groups may
-differ after filtering), the count the solve rate is measured on.
+the share of the K rollouts of q that are correct, N "a normalisation constant" and beta > 0 a global
+coefficient. Easy prompts (high solve rate) pay more per token; an unsolved prompt still pays the floor 1/K. No
+official code was found. beta / N is one parameter here (`beta`, penalty per token at solve rate 1).
+
+Not settled (issue 49): the values of beta and N are given in the paper's experimental section, which could not
+be read here (the search tools hold the arXiv text's opening and Eq. 2, not its setup). The default 1e-7 comes
+from a secondary reading that takes 1e-7 as the per-token scale beta / N; a third party's notes read it the same
+way; neither is the PDF. If the paper's beta = 1e-7 is divided by an N such as the 16k context, the per-token
+scale is 1e-7 / N and the default is N times too strong. Check the PDF before relying on it. K is each group's
+own size in the batch (groups may differ after filtering), the count the solve rate is measured on.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ class AlpConfig:
     """ALP's penalty scale."""
 
     beta: float = 1e-7
-    """Penalty per token at solve rate 1: the paper's beta / N folded into one number. >= 0."""
+    """Penalty per token at solve rate 1: the paper's beta / N folded into one number. >= 0. The default 1e-7 is
+    a secondary reading, not checked against the paper's PDF (see the module docstring)."""
 
     def __post_init__(self) -> None:
         require_range("beta", self.beta, 0.0, None)

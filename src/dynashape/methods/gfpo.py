@@ -7,13 +7,18 @@ get advantage 0 AND keep=False, so that they leave the loss altogether (a zero a
 their tokens in the loss's normaliser).
 
 Official code: huggingface/trl, `trl/experimental/gfpo/gfpo_trainer.py` (`_generate_and_score_completions`:
-`group_filter_func`, `num_remains_in_group`) and `gfpo_config.py`, at commit b6ff4a78 (the parent of
-60f8fd75, which removed GFPO from trl). There the user's filter scores each completion and `torch.topk` keeps the
-num_remains_in_group highest; the kept rewards are normalised per group with torch's Bessel std and 1e-4 beside
-it. Here the filter is the paper's: 'length' keeps the shortest, 'reward_per_token' the highest r / |y|
-(|y| = 0 counted as 1 token, so an empty response does not divide by zero). Ties: torch.topk leaves their
-order unspecified; here the earlier rollout in the batch wins, so the result is deterministic.
-A kept set of one rollout gets advantage 0 (the library's convention; trl requires k >= 2).
+`group_filter_func`, `num_remains_in_group`) and `gfpo_config.py`, at commit b6ff4a780e364a92c27165d2fcdb7154bbf1b564
+(the parent of 60f8fd75, which removed GFPO from trl). There the user's filter scores each completion and
+`_, idx = torch.topk(group_filter_scores, num_remains_in_group, dim=-1)` on the [groups, num_generations] score
+matrix keeps the k highest; the kept rewards are normalised per group with torch's Bessel std and 1e-4 beside it.
+Here the filter is the paper's: 'length' scores -|y| (the shortest kept), 'reward_per_token' r / |y| (|y| = 0
+counted as 1 token, where a Python filter would raise ZeroDivisionError). The kept set is torch.topk's own,
+ties included (see `gfpo_keep_mask` for how it is made the same on every device). Lengths are the batch's
+token counts; trl hands the filter the decoded completions, so a filter written as len(text) counts characters.
+Not reproduced: trl passes the filter `all_completions[i : i + num_generations]` for group i, which for i >= 1
+is the slice starting at row i, not at row i * num_generations (its `group_rewards` are grouped correctly); the
+paper's per-group filter is what is implemented. A kept set of one rollout gets advantage 0 (the library's
+convention; trl requires k >= 2, where its std would be NaN).
 
 Adaptive difficulty (paper Sec. 4.3): a group's difficulty is its mean reward; the paper places it among the
 quartiles of a streaming t-digest over training. `AdaptiveKeep` keeps an exact window of the most recent group
@@ -31,6 +36,7 @@ import torch
 
 from dynashape.core.checks import require_choice, require_range
 from dynashape.core.groups import Groups, group_mean, group_normalize
+from dynashape.methods._blocks import size_blocks
 from dynashape.methods._inputs import as_lengths, as_rewards, check_rows, require_int
 
 __all__ = ["GFPO_CRITERIA", "AdaptiveKeep", "GfpoConfig", "GfpoResult", "gfpo_advantages", "gfpo_keep_mask"]
@@ -93,6 +99,20 @@ def _per_group_k(keep: int | torch.Tensor, groups: Groups) -> torch.Tensor:
     return torch.full((groups.num_groups,), keep, dtype=torch.long, device=groups.index.device)
 
 
+def _filter_scores(rewards: torch.Tensor, lengths: torch.Tensor, by: Criterion) -> torch.Tensor:
+    """The filter's score per row, higher kept first, on the CPU in the dtype trl's tensor would have.
+
+    trl builds its scores with ``torch.tensor(python list)``: the paper's length filter returns -len (ints ->
+    int64), the reward-per-token filter r / len in Python floats from float32 rewards (-> float32). The dtype
+    decides which nearby values tie, so it is reproduced: r is rounded to float32, divided in float64, and the
+    quotient rounded to float32. Returns: int64 or float32 Tensor [N] on the CPU.
+    """
+    if by == "length":
+        return (-lengths.cpu()).round().to(torch.int64)
+    quotient = rewards.cpu().to(torch.float32).to(torch.float64) / lengths.cpu().clamp_min(1.0)
+    return quotient.to(torch.float32)
+
+
 def gfpo_keep_mask(
     rewards: torch.Tensor,
     lengths: torch.Tensor,
@@ -101,28 +121,35 @@ def gfpo_keep_mask(
     keep: int | torch.Tensor,
     by: Criterion = "length",
 ) -> torch.Tensor:
-    """The rows GFPO keeps: per group, the min(k, size) best by the criterion (ties to the earlier row).
+    """The rows GFPO keeps: per group, the rows ``torch.topk(scores, k, dim=-1)`` returns, as in trl.
 
-    One batch-wide sort: order by the criterion (stable), then stably by group, so each group's rows sit best
-    first in its segment; a row is kept when its rank in the segment is below its group's k.
+    Ties are broken as torch.topk breaks them, which is the point: with four equal lengths and k = 2, torch
+    2.13's CPU topk returns rows [2, 3], not [0, 1]. torch leaves the order of ties unspecified: CUDA's topk is
+    another algorithm (radix selection; its ties were not checked here, no GPU), and CPU's may change with the
+    torch version (libstdc++'s nth_element or partial_sort over (value, index) pairs). So that the kept set is
+    the same wherever the batch lives, topk always runs here on a CPU copy of the scores: the set trl keeps
+    when its topk runs on the CPU under the same torch. Each group's rows, in batch order, form one row of a
+    [G', size] matrix (trl's ``view(-1, num_generations)``); one topk call per distinct (group size, k), so
+    groups of unequal size or k need no Python loop over groups. A group with k >= its size keeps every row.
     Args:
         rewards: float Tensor [N]. lengths: LongTensor [N]. groups: the batch's Groups.
         keep: k for every group (int) or per group (LongTensor [G], in the Groups' dense order).
-        by: 'length' (shortest first) or 'reward_per_token' (highest r / max(|y|, 1) first).
-    Returns: BoolTensor [N].
+        by: 'length' (score -|y|: the shortest) or 'reward_per_token' (score r / max(|y|, 1)).
+    Returns: BoolTensor [N] on the device of ``groups.index``.
     """
     require_choice("by", by, GFPO_CRITERIA)
     check_rows(rewards=rewards, lengths=lengths, group_index=groups.index)
-    r, length = as_rewards("rewards", rewards), as_lengths(lengths)
-    k = _per_group_k(keep, groups)
-    key = length if by == "length" else -(r / length.clamp_min(1.0))
-    by_key = torch.argsort(key, stable=True)
-    order = by_key.index_select(0, torch.argsort(groups.index.index_select(0, by_key), stable=True))
-    starts = torch.cumsum(groups.counts, 0) - groups.counts
-    sorted_group = groups.index.index_select(0, order)
-    rank = torch.arange(order.shape[0], device=order.device) - starts.index_select(0, sorted_group)
-    kept_sorted = rank < k.index_select(0, sorted_group)
-    return torch.zeros_like(kept_sorted).scatter_(0, order, kept_sorted)
+    scores = _filter_scores(as_rewards("rewards", rewards), as_lengths(lengths), by)
+    k = _per_group_k(keep, groups).cpu()
+    mask = torch.zeros(groups.index.shape[0], dtype=torch.bool, device=k.device)  # CPU, whatever the default
+    for chosen, block in size_blocks(groups):  # block: [G', size], each group's rows in batch order
+        k_block = k.index_select(0, chosen).clamp_max(block.shape[1])
+        for k_value in torch.unique(k_block).tolist():  # one k for all groups without adaptive_keep
+            rows = block[k_block == k_value]
+            if k_value < rows.shape[1]:
+                rows = rows.gather(1, torch.topk(scores[rows], k_value, dim=-1).indices)
+            mask[rows.reshape(-1)] = True
+    return mask.to(groups.index.device)
 
 
 def gfpo_advantages(

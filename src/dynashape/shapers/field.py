@@ -14,7 +14,7 @@ normalisation (Bessel std, eps 1e-6, 0 for a constant group or a group of one).
 | dler | CappedCorrect, BaselineWhiten |
 | alp | SolveRateLength, GroupNormalise |
 | adlp | Correctness, LengthPenalty, DualAscent, GroupNormalise |
-| aalc | AalcReward, GroupNormalise |
+| aalc | AalcReward, Float32GroupNormalise (precision="float32", the default) or GroupNormalise |
 | saw | Correctness, RewardColumns, CVWeights, GroupNormalise or (DecoupledNormalise, BatchWhiten) |
 | gfpo | ScalarReward, KeepBest, GroupNormalise over the kept rows |
 """
@@ -43,6 +43,7 @@ from dynashape.shapers.parts import (
     CVWeights,
     DecoupledNormalise,
     DualAscent,
+    Float32GroupNormalise,
     GroupNormalise,
     KeepBest,
     L1MaxScore,
@@ -183,12 +184,16 @@ class AdlpShaper(ComposedShaper):
 class AalcShaper(ComposedShaper):
     """AALC (arXiv 2506.20160; du-nlp-lab/AALC `length_reward.py`): r = alpha_t c + c_len R_len with
     a = min(1, A_val / A_target), alpha_t = 0.9 + 0.1 (1 - a), R_len = 1 - min(a^beta, min(1, l / l_max)); then
-    GRPO. Hand it each validation accuracy with ``observe(validation_accuracy=a)``; before the first, r = c."""
+    GRPO. Hand it each validation accuracy with ``observe(validation_accuracy=a)``; before the first, r = c.
+    precision="float32" (the default, the official code's): the reward and GRPO in float32 as AALC's code
+    computes them (a group of one: r / (1 + 1e-6)); "float64": the formula unrounded, the library's GRPO."""
 
     config_cls = AalcConfig
     needs = ShaperNeeds(validation_accuracy=True)
 
     def chain(self) -> Chain:
+        if self.config.precision == "float32":
+            return Chain(AalcReward(self.config, self.name), Float32GroupNormalise(namespace=self.name))
         return Chain(AalcReward(self.config, self.name), GroupNormalise(namespace=self.name))
 
 

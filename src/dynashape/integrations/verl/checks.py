@@ -20,7 +20,9 @@ What is checked when ``algorithm.adv_estimator`` is one of ours:
   monitor set (LASER-D) is verl's validation, so it needs the ``dynashape`` trainer mode, ``trainer.test_freq``
   equal to ``refresh_every``, ``trainer.val_before_train=true`` and validation sampling as in training
   (``val_kwargs.do_sample=true``, ``val_kwargs.n`` = ``rollout.n`` = the shaper's ``n_rollout``, the same
-  temperature); dropped rows (GFPO) need the ``dynashape`` trainer mode, which masks them out of the loss.
+  temperature); dropped rows (GFPO) need the ``dynashape`` trainer mode, which masks them out of the loss, and
+  ``actor_rollout_ref.actor.loss_agg_mode`` token-mean or token-sum (``ROW_DROPPING_LOSS_AGG_MODES``: verl's
+  sequence means divide by a row count that includes the dropped rows).
 * Fingerprints, for every shaper that declares it reads them (``Shaper.needs``: ``meds``, ``lead_meds``), are
   taken inside verl's FSDP actor during the old-log-prob forward.
   They need: the ``dynashape`` trainer mode on verl's v1 trainer; ``actor_rollout_ref.actor.strategy`` ``fsdp``
@@ -40,10 +42,16 @@ from dynashape.integrations.verl.estimators import estimator_names, trainer_extr
 from dynashape.integrations.verl.settings import EstimatorSettings, parse_settings
 from dynashape.shapers import config_class, shaper_needs
 
-__all__ = ["MEDS_STRATEGIES", "VerlConfigError", "check_config", "config_problems"]
+__all__ = ["MEDS_STRATEGIES", "ROW_DROPPING_LOSS_AGG_MODES", "VerlConfigError", "check_config", "config_problems"]
 
 #: Engine strategies whose actor forward carries the fingerprint hooks (verl's FSDPEngineWithLMHead).
 MEDS_STRATEGIES: tuple[str, ...] = ("fsdp", "fsdp2")
+#: verl's loss aggregations that stay exact when a filter drops rows (GFPO) by masking them: token-mean divides by
+#: the kept tokens (verl's batch_num_tokens is the sum of the masked loss_mask), token-sum has no normaliser. The
+#: sequence means (seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm) divide by global_batch_size,
+#: a row count fixed at ppo_mini_batch_size x rollout.n (verl 0.9.1 ``trainer_base.py`` ``_update_actor``),
+#: which counts the dropped rows; verl offers no per-mini-batch hook to change it, so they are refused.
+ROW_DROPPING_LOSS_AGG_MODES: tuple[str, ...] = ("token-mean", "token-sum")
 #: The module path of our reward function, as verl's custom_reward_function.path accepts it.
 OUR_REWARD_PATHS: frozenset[str] = frozenset(
     {"pkg://dynashape.integrations.verl", "pkg://dynashape.rewards.scoring", "pkg://dynashape.rewards"}
@@ -224,6 +232,14 @@ def _signal_problems(
         problems.append(
             f"{mode}: '{name}' drops rows from the loss (Shaped.keep), which only the dynashape trainer mode does "
             f"(a zero advantage would still count their tokens in the token mean); {set_mode}"
+        )
+    agg = str(_get(config, "actor_rollout_ref.actor.loss_agg_mode", "token-mean"))
+    if needs.drops_rows and agg not in ROW_DROPPING_LOSS_AGG_MODES:
+        problems.append(
+            f"actor_rollout_ref.actor.loss_agg_mode={agg}: verl's agg_loss divides the sequence sum by "
+            f"global_batch_size = ppo_mini_batch_size x rollout.n rows, the rows '{name}' drops included, so the "
+            "loss would shrink by the kept fraction; set actor_rollout_ref.actor.loss_agg_mode=token-mean (or "
+            "token-sum)"
         )
     test_freq = int(_get(config, "trainer.test_freq", -1))
     if needs.validation_accuracy and test_freq <= 0:

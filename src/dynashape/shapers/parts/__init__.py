@@ -45,6 +45,7 @@ from dynashape.shapers.parts.normalise import (
     BaselineWhiten,
     BatchWhiten,
     DecoupledNormalise,
+    Float32GroupNormalise,
     GroupNormalise,
     weighted_sum,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "DistanceToShortest",
     "DualAscent",
     "EfficiencyMetrics",
+    "Float32GroupNormalise",
     "Flow",
     "GroupNormalise",
     "KeepBest",

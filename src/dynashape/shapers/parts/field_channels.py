@@ -202,6 +202,6 @@ class AalcReward(Holds):
         cfg = self.config
         b = flow.batch
         reward = aalc_reward(b.correct, b.lengths, val_accuracy=schedule.val_accuracy_, beta=cfg.beta, c=cfg.c,
-                             l_max=cfg.l_max, a_target=cfg.a_target)  # fmt: skip
+                             l_max=cfg.l_max, a_target=cfg.a_target, precision=cfg.precision)  # fmt: skip
         metrics = {f"{self.namespace}/{k.partition('/')[2]}": v for k, v in schedule.metrics.items()}
         return flow.with_channel(reward, _FREE).but(metrics=metrics), dict(state)

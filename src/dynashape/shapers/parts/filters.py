@@ -19,9 +19,10 @@ __all__ = ["KeepBest"]
 @dataclass(frozen=True)
 class KeepBest(Holds):
     """GFPO's filter (arXiv 2508.09726): per group, keep the k shortest ("length") or the k highest reward per
-    token ("reward_per_token") of the scalarised reward (`dynashape.methods.gfpo_keep_mask`; ties to the earlier
-    row). With ``adaptive_keep`` set, k comes from the difficulty quartile of each group's mean reward over a
-    window of recent groups (`dynashape.methods.AdaptiveKeep`), whose state is ``{"history": [floats]}``;
+    token ("reward_per_token") of the scalarised reward (`dynashape.methods.gfpo_keep_mask`: the rows
+    trl's ``torch.topk`` keeps, ties included, run on the CPU so that every device keeps the same). With
+    ``adaptive_keep`` set, k comes from the difficulty quartile of each group's mean reward over a window of
+    recent groups (`dynashape.methods.AdaptiveKeep`), whose state is ``{"history": [floats]}``;
     otherwise the part is stateless. Logs ``namespace/kept_fraction``."""
 
     config: GfpoConfig

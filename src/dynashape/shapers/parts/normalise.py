@@ -4,6 +4,7 @@
 - `DecoupledNormalise`: GDPO's sum_k w_k (r_k - mean_q r_k) / (std_q r_k + eps), each channel in its own group.
 - `BatchWhiten`: (A - mu) / sqrt(var + 1e-8) over the batch, by token or by sequence.
 - `BaselineWhiten`: REINFORCE++-baseline, whiten(r - mean_q r) (DLER).
+- `Float32GroupNormalise`: GRPO in float32 as AALC's verl computes it (a group of one: r / (1 + eps)).
 - `AdvantageAbsMean`: a probe that logs mean |A|.
 """
 
@@ -15,6 +16,7 @@ from typing import Literal
 import torch
 
 from dynashape.core.groups import Groups, group_normalize
+from dynashape.methods.aalc import aalc_grpo_float32
 from dynashape.methods.dler import dler_advantages
 from dynashape.shapers._common import F64, batch_whiten, metrics_dict, zero_advantage_frac
 from dynashape.shapers.parts.flow import Flow, Stateless
@@ -24,6 +26,7 @@ __all__ = [
     "BaselineWhiten",
     "BatchWhiten",
     "DecoupledNormalise",
+    "Float32GroupNormalise",
     "GroupNormalise",
     "kept_group_normalize",
     "weighted_sum",
@@ -91,6 +94,27 @@ class GroupNormalise(Stateless):
             adv = group_normalize(reward, flow.groups, std=self.std, eps=self.eps)  # type: ignore[arg-type]
         else:
             adv = kept_group_normalize(reward, flow.groups, flow.keep, std=self.std, eps=self.eps)
+        metrics = metrics_dict(
+            self.namespace,
+            ["reward_mean", "reward_std", "advantage_abs_mean", "zero_advantage_frac"],
+            [reward.mean(), reward.std(unbiased=False), adv.abs().mean(), zero_advantage_frac(reward, flow.groups)],
+        )
+        return flow.but(reward=reward, advantages=adv, metrics=metrics), None
+
+
+@dataclass(frozen=True)
+class Float32GroupNormalise(Stateless):
+    """GRPO on the single reward channel in float32, as the verl of AALC's repository computes it
+    (`dynashape.methods.aalc_grpo_float32`): (r - mean) / (Bessel std + eps) per group, a group of one r / (1 + eps).
+    Its rounding is part of AALC's official numbers (the all-correct group's std is ~1e-7). Logs as
+    `GroupNormalise`."""
+
+    eps: float = 1e-6
+    namespace: str = "grpo"
+
+    def update(self, flow: Flow, state: None) -> tuple[Flow, None]:
+        reward = scalarise(flow, "Float32GroupNormalise")
+        adv = aalc_grpo_float32(reward, flow.groups, eps=self.eps)
         metrics = metrics_dict(
             self.namespace,
             ["reward_mean", "reward_std", "advantage_abs_mean", "zero_advantage_frac"],
