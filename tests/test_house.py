@@ -25,7 +25,6 @@ LONG_FUNCTIONS = {
     "study/scheduler.py::run_jobs",
     "study/results_page.py::_body",
     "core/batch.py::__post_init__",
-    "integrations/verl/estimators.py::estimate",
 }
 LONG_MODULES = {"cli.py", "train/config.py"}
 

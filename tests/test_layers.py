@@ -24,7 +24,8 @@ ALLOWED = {
     "losses": FLOOR | {"losses"},
     "rewards": FLOOR | {"rewards"},
     "meds": FLOOR | {"meds"},
-    "shapers": FLOOR | {"methods", "meds", "shapers"},
+    # the length reward terms engines ship (DAPO overlong) are rewards/length.py, a penalty part applies them
+    "shapers": FLOOR | {"methods", "meds", "rewards", "shapers"},
     # a problem's key is the MEDS memory's; the world labels answers with the verifier's extraction
     "world": FLOOR | {"meds", "rewards", "world"},
     "runtime": FLOOR | {"meds", "rewards", "world", "runtime"},

@@ -53,6 +53,10 @@ def shaper_batch(name: str, device: str = "cpu", *, reward_dtype: torch.dtype = 
         fields["fingerprints"] = torch.randn(8, fp_dim, generator=gen)
     if shaper_needs(name).budgets:
         fields["budgets"] = torch.tensor([20, 20, 20, 20, 32, 32, 32, 5])
+    if shaper_needs(name).truncated:  # the 90-token row cut at the cap
+        fields["truncated"] = lengths == 90
+    if shaper_needs(name).formatted:  # one correct and one wrong answer without a boxed answer
+        fields["formatted"] = torch.tensor([1, 1, 0, 1, 1, 1, 1, 0], dtype=torch.bool)
     batch = RolloutBatch(group_ids=ids, correct=correct, lengths=lengths, **fields)
     return move(batch, device)
 
@@ -69,6 +73,8 @@ def move(batch: RolloutBatch, device: str) -> RolloutBatch:
         prompt_keys=batch.prompt_keys,
         fingerprints=to(batch.fingerprints),
         budgets=to(batch.budgets),
+        truncated=to(batch.truncated),
+        formatted=to(batch.formatted),
     )
 
 
@@ -397,11 +403,13 @@ def test_float16_rewards_and_fingerprints_give_the_float32_result(name):
         group_ids=b16.group_ids, correct=b16.correct, lengths=b16.lengths,
         rewards=None if b16.rewards is None else b16.rewards.float(), prompt_keys=b16.prompt_keys,
         fingerprints=None if b16.fingerprints is None else b16.fingerprints.half().float(), budgets=b16.budgets,
+        truncated=b16.truncated, formatted=b16.formatted,
     )  # fmt: skip
     if b16.fingerprints is not None:
         b16 = RolloutBatch(
             group_ids=b16.group_ids, correct=b16.correct, lengths=b16.lengths, rewards=b16.rewards,
-            prompt_keys=b16.prompt_keys, fingerprints=b16.fingerprints.half(),
+            prompt_keys=b16.prompt_keys, fingerprints=b16.fingerprints.half(), truncated=b16.truncated,
+            formatted=b16.formatted,
         )  # fmt: skip
     got = get_shaper(name, **shaper_kwargs(name))(b16).advantages
     want = get_shaper(name, **shaper_kwargs(name))(b32).advantages

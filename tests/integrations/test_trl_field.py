@@ -51,6 +51,8 @@ class Recorder:
                 "lengths": [len(ids) for ids in completion_ids],
                 "correct": verdicts,
                 "num_tokens": kwargs.get("num_tokens"),
+                "last_ids": [int(ids[-1]) if len(ids) else None for ids in completion_ids],
+                "texts": [c if isinstance(c, str) else c[-1]["content"] for c in completions],
             }
         )
         return verdicts
@@ -164,6 +166,33 @@ def test_budgets_reach_the_shaper_aligned_with_the_repeated_prompts(tmp_path):
     g = r.view(2, GROUP)
     expected = ((g - g.mean(1, keepdim=True)) / (g.std(1, keepdim=True) + 1e-6)).view(-1)
     torch.testing.assert_close(trainer.used_advantages[0].double(), expected, rtol=1e-5, atol=1e-6)
+
+
+# -- truncated (DLER, stop_properly) and formatted (LASER) ---------------------------------------------------
+
+
+def test_dler_gets_the_completions_without_eos_as_truncated(tmp_path):
+    """TRL's cut completions (no EOS or pad at the end: its clipped_ratio test) reach DLER as ``truncated``; the
+    loss uses DLER's advantages with the 0.1 multiplier on them."""
+    shaper = get_shaper("dler", max_length=8)
+    trainer, reward = make_trainer(tmp_path, shaper, max_steps=2, config={"max_completion_length": 8})
+    trainer.train()
+    stops = {*trainer.eos_token_ids, trainer.processing_class.pad_token_id}
+    for call, batch in zip(reward.of("train"), shaper.seen, strict=True):
+        assert batch.truncated.tolist() == [last not in stops for last in call["last_ids"]]
+        assert all(n == 8 for n, cut in zip(call["lengths"], batch.truncated.tolist(), strict=True) if cut)
+    assert any(bool(b.truncated.any()) for b in shaper.seen)  # the untrained model runs to the cap
+    assert_used(trainer, replay(get_shaper("dler", max_length=8), shaper.seen))
+
+
+def test_stop_properly_and_formatted_reach_a_shaper_through_trl(tmp_path):
+    shaper = get_shaper("laser", stop_properly=0.5, target_length=4)
+    trainer, reward = make_trainer(tmp_path, shaper, max_steps=1)
+    trainer.train()
+    (call,), (batch,) = reward.of("train"), shaper.seen
+    assert batch.formatted.tolist() == ["\\boxed{" in t and "}" in t.split("\\boxed{")[-1] for t in call["texts"]]
+    assert batch.truncated is not None
+    assert_used(trainer, replay(get_shaper("laser", stop_properly=0.5, target_length=4), shaper.seen))
 
 
 def test_budget_column_is_checked_before_the_first_step(tmp_path):

@@ -155,6 +155,8 @@ UIDS = ["b", "a", "b", "a", "a", "b"]  # verl's order: groups interleaved
 LENGTHS = [12, 5, 30, 9, 40, 7]
 ACC = [True, True, False, True, False, True]
 BUDGETS = [10, 20, 30, 10, 20, 30]
+TRUNCATED = [False, False, False, False, True, False]  # row 4 reached a cap of 40 tokens
+FORMATTED = [True, True, True, True, False, True]
 
 
 @pytest.mark.parametrize("name", FIELD)
@@ -166,7 +168,11 @@ def test_every_field_estimator_is_registered_and_equals_its_shaper(name):
     for i, (n, a) in enumerate(zip(LENGTHS, ACC, strict=True)):
         rewards[i, n - 1] = float(a)
     extras = EstimatorExtras(
-        correct=torch.tensor(ACC), budgets=torch.tensor(BUDGETS), drops_rows=True
+        correct=torch.tensor(ACC),
+        budgets=torch.tensor(BUDGETS),
+        truncated=torch.tensor(TRUNCATED),
+        formatted=torch.tensor(FORMATTED),
+        drops_rows=True,
     )  # what the trainer mode hands over
     with provide_extras(extras):
         adv, returns = fn(
@@ -176,6 +182,8 @@ def test_every_field_estimator_is_registered_and_equals_its_shaper(name):
     batch = RolloutBatch(group_ids=groups, correct=torch.tensor(ACC), lengths=torch.tensor(LENGTHS))
     if get_shaper(name).needs.budgets:
         batch = RolloutBatch(**{**batch.__dict__, "budgets": torch.tensor(BUDGETS)})
+    flags = {"truncated": torch.tensor(TRUNCATED), "formatted": torch.tensor(FORMATTED)}
+    batch = RolloutBatch(**{**batch.__dict__, **flags})
     expected = get_shaper(name)(batch).advantages
     torch.testing.assert_close(adv, expected[:, None] * mask, rtol=0, atol=0)
     torch.testing.assert_close(returns, adv)
@@ -268,6 +276,113 @@ def test_legacy_trainer_reads_budgets_from_non_tensor_batch():
     out = ray_trainer.compute_advantage(data, adv_estimator="l1_exact", num_repeat=3, config=algo)
     got = out.batch["advantages"][:, 0]
     torch.testing.assert_close(got, torch.tensor([-1.1547, 0.57735, 0.57735]), rtol=0, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Truncation (DLER, stop_properly) and format (LASER): the rows verl cut at its cap, the reward's "formatted"
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_trainer_mode_hands_dler_the_rows_cut_at_max_response_length(make_trainer, store, tmp_path):
+    """Hand-worked DLER, issue 49's group at a cap of 40: lengths 40 (cut, judged correct), 10, 20, 30; acc 1 1 0 0.
+    r = [0.1, 1, 0, 0]; centred [-.175, .725, -.275, -.275]; token mean over 100 tokens -.135; deviations
+    [-.04, .86, -.14, -.14]; var (40 * .0016 + 10 * .7396 + 50 * .0196) / 99 = .0852525; sqrt .2919803;
+    A = [-.136995, 2.945404, -.479485, -.479485], plus the official boost 0.1 on the two rows scoring 1 before the
+    multiplier: [-.036995, 3.045404, -.479485, -.479485]. Without the cut flag the first row's A would be larger."""
+    trainer = make_trainer(config(tmp_path, "dler", data__max_response_length=40))
+    store["train"] = rows_td(["q"] * 4, [40, 10, 20, 30], [True, True, False, False])
+    trainer._compute_advantage(Meta(4), {})
+    got = per_row(store["train"]["advantages"])
+    torch.testing.assert_close(got, torch.tensor([-0.036995, 3.045404, -0.479485, -0.479485]), rtol=0, atol=1e-5)
+
+
+def test_trainer_mode_reads_the_rollout_response_length_first(make_trainer, store, tmp_path):
+    cfg = config(
+        tmp_path, "grpo_length", data__max_response_length=4000, actor_rollout_ref__rollout__response_length=30
+    )
+    from dynashape.integrations.verl.trainer import max_response_length
+
+    assert max_response_length(cfg) == 30
+    assert max_response_length(config(tmp_path, "dler", data__max_response_length=64)) == 64
+    assert max_response_length(config(tmp_path, "dler")) is None
+
+
+def test_dler_without_a_response_cap_names_truncated(make_trainer, store, tmp_path):
+    trainer = make_trainer(config(tmp_path, "dler"))
+    store["train"] = rows_td(["q"] * 2, [40, 10], [True, False])
+    with pytest.raises(ValueError, match=r"the 'dler' advantage estimator reads truncated \[bs\]"):
+        trainer._compute_advantage(Meta(2), {})
+
+
+def test_the_stop_properly_part_in_the_trainer_mode(make_trainer, store, tmp_path):
+    """grpo_length with stop_properly=0.5 (key accepted under algorithm.<name>): rows [cut correct, correct]:
+    c = [1, 1] -> [0.5, 1] -> GRPO of one group of 2 (Bessel std .353553): [-0.707105, 0.707105]."""
+    section = {"stop_properly": 0.5, "weights": [1.0, 0.0]}
+    trainer = make_trainer(config(tmp_path, "grpo_length", section, data__max_response_length=40))
+    store["train"] = rows_td(["q"] * 2, [40, 10], [True, True])
+    trainer._compute_advantage(Meta(2), {})
+    torch.testing.assert_close(
+        per_row(store["train"]["advantages"]), torch.tensor([-0.707105, 0.707105]), atol=1e-5, rtol=0
+    )
+
+
+def test_overlong_under_the_algorithm_section_is_checked_at_parse():
+    ok = parse_settings("grpo_length", {"grpo_length": {"overlong": {"max_length": 40, "buffer": 10}}})
+    assert dict(ok.shaper_params)["overlong"] == {"max_length": 40, "buffer": 10}
+    assert ok.build_shaper().penalties[0].buffer == 10
+    with pytest.raises(
+        ValueError, match=r"algorithm.grpo_length: invalid penalty .*buffer must be in \(0, max_len=40\]"
+    ):
+        parse_settings("grpo_length", {"grpo_length": {"overlong": {"max_length": 40, "buffer": 50}}})
+
+
+def test_laser_reads_formatted_from_the_reward_and_names_it_when_missing(make_trainer, store, tmp_path):
+    """LASER's official score in the trainer mode: [correct formatted 10 tokens, wrong formatted, correct unformatted]
+    r = [1 + .5, -.5, -1] (L_T 20), mean 0; Bessel var 3.5 / 2, std 1.322876: A = [1.133893, -.377964, -.755929]."""
+    trainer = make_trainer(config(tmp_path, "laser", {"target_length": 20}))
+    td = rows_td(["q"] * 3, [10, 12, 14], [True, False, True])
+    store["train"] = td
+    with pytest.raises(ValueError, match=r"the 'laser' advantage estimator reads formatted \[bs\]"):
+        trainer._compute_advantage(Meta(3), {})
+    td["extra_fields"] = [
+        {"reward_extra_info": {"acc": a, "formatted": f}} for a, f in ((True, True), (False, True), (True, False))
+    ]
+    store["train"] = td
+    trainer._compute_advantage(Meta(3), {})
+    torch.testing.assert_close(
+        per_row(store["train"]["advantages"]), torch.tensor([1.133893, -0.377964, -0.755929]), rtol=0, atol=1e-5
+    )
+
+
+def test_formatted_is_read_from_the_reward_extra_info():
+    from dynashape.integrations.verl.trainer import extras_from_fields
+
+    fields = [{"reward_extra_info": {"acc": a, "formatted": f}} for a, f in ((True, True), (False, False))]
+    extras = extras_from_fields(None, fields, None, truncated=torch.tensor([False, True]))
+    assert extras.formatted.tolist() == [True, False] and extras.truncated.tolist() == [False, True]
+    missing = [{"reward_extra_info": {"acc": True}}, {"reward_extra_info": {"acc": False, "formatted": True}}]
+    assert extras_from_fields(None, missing, None).formatted is None  # not every row says: none
+
+
+def test_legacy_trainer_finds_the_rows_that_fill_the_padded_width():
+    from verl import DataProto
+    from verl.trainer.ppo import ray_trainer
+
+    width, lengths = 40, [40, 10, 20, 30]
+    mask = (torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]).float()
+    rewards = torch.zeros(4, width)
+    for i, (n, a) in enumerate(zip(lengths, (1, 1, 0, 0), strict=True)):
+        rewards[i, n - 1] = float(a)
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask, "responses": torch.zeros(4, width).long()},
+        non_tensors={"uid": np.array(["q"] * 4, dtype=object)},
+    )
+    assert hooks.legacy_truncated(data.batch).tolist() == [True, False, False, False]
+    algo = omegaconf.OmegaConf.create({"adv_estimator": "dler", "dler": {"correct_boost": 0.0}})
+    out = ray_trainer.compute_advantage(data, adv_estimator="dler", num_repeat=4, config=algo)
+    torch.testing.assert_close(
+        out.batch["advantages"][:, 0], torch.tensor([-0.136995, 2.945404, -0.479485, -0.479485]), rtol=0, atol=1e-5
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -4,14 +4,65 @@ import pytest
 import torch
 from hypothesis import given
 
+from dynashape import RolloutBatch, get_shaper
 from dynashape.core.groups import Groups
-from dynashape.methods.dler import DlerConfig, dler_advantages, dler_reward
+from dynashape.methods.dler import DlerConfig, dler_advantages, dler_boost, dler_reward
 from strategies import batches
 
 
-def test_reward_hand_worked():
+def test_capped_score_hand_worked():
+    # The capped score before the stop-properly multiplier: a response that ENDED at exactly the cap passes
+    # (the official code compares no length; only a cut response is penalised, by the multiplier below).
     r = dler_reward(torch.tensor([1, 1, 0, 1]), torch.tensor([4000, 4001, 10, 0]), max_length=4000)
     assert r.tolist() == [1.0, 0.0, 0.0, 1.0]  # at the cap passes; over the cap and wrong score 0
+
+
+def test_the_official_stop_properly_penalty_hand_worked():
+    # issue 49: [cut at the cap and judged correct, correct, wrong, wrong], one group, lengths 4000/1000/2000/3000.
+    # Official reward manager: score * 0.1 where the finish reason is not "stop": r = [0.1, 1, 0, 0].
+    # Centred on the group mean .275: c = [-.175, .725, -.275, -.275]. Token whitening over 10000 tokens:
+    # mu = (4000 * -.175 + 1000 * .725 - 5000 * .275) / 10000 = -.135;
+    # deviations [-.04, .86, -.14, -.14]; var = (4000 * .0016 + 1000 * .7396 + 5000 * .0196) / 9999
+    # = 844 / 9999 = .0844084, sqrt .290531; A = [-.137679, 2.960094, -.481876, -.481876] (issue: -.14, 2.96, -.48).
+    batch = RolloutBatch(
+        group_ids=torch.zeros(4, dtype=torch.long),
+        correct=torch.tensor([1, 1, 0, 0]),
+        lengths=torch.tensor([4000, 1000, 2000, 3000]),
+        truncated=torch.tensor([1, 0, 0, 0]),
+    )
+    out = get_shaper("dler", correct_boost=0.0)(batch)
+    assert out.rewards[:, 0].double().tolist() == pytest.approx([0.1, 1.0, 0.0, 0.0], abs=1e-7)
+    want = [-0.137679, 2.960094, -0.481876, -0.481876]
+    assert out.advantages.double().tolist() == pytest.approx(want, abs=2e-6)
+    # the official run also adds 0.1 to the advantage of each response scoring 1 before the multiplier
+    # (dp_actor.boost_high_score_advantages): the cut correct one too, whose score was 1
+    boosted = get_shaper("dler")(batch)
+    assert boosted.advantages.double().tolist() == pytest.approx(
+        [w + b for w, b in zip(want, [0.1, 0.1, 0, 0])], abs=2e-6
+    )
+    assert boosted.metrics["dler/boosted_frac"] == 0.5
+    # the paper's reward (no multiplier) gives the cut response full credit: A differs
+    out = boosted
+    paper = get_shaper("dler", stop_properly_coef=None, correct_boost=0.0)(batch)
+    assert paper.rewards[:, 0].tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert paper.advantages[0] > 0 > out.advantages[0]
+
+
+def test_a_response_that_ends_at_the_cap_keeps_its_score():
+    # EOS at exactly L tokens: stopped properly, full credit, as the official reward (no length comparison)
+    batch = RolloutBatch(group_ids=torch.zeros(2, dtype=torch.long), correct=torch.tensor([1, 0]),
+                         lengths=torch.tensor([4000, 100]), truncated=torch.tensor([0, 0]))  # fmt: skip
+    assert get_shaper("dler")(batch).rewards[:, 0].tolist() == [1.0, 0.0]
+
+
+def test_dler_refuses_a_batch_without_truncated():
+    batch = RolloutBatch(group_ids=torch.zeros(2, dtype=torch.long), correct=torch.tensor([1, 0]),
+                         lengths=torch.tensor([40, 100]))  # fmt: skip
+    with pytest.raises(ValueError, match=r"shaper 'dler' needs truncated \[N\] in the batch"):
+        get_shaper("dler")(batch)
+    assert get_shaper("dler", stop_properly_coef=None)(batch).rewards[:, 0].tolist() == [1.0, 0.0]
+    with pytest.raises(ValueError, match="dler applies its own stop-properly penalty"):
+        get_shaper("dler", stop_properly=0.1)
 
 
 def test_advantages_hand_worked_sequence_whitening():
@@ -50,6 +101,17 @@ def test_bad_inputs_raise():
         DlerConfig(max_length=0)
     with pytest.raises(ValueError, match="whiten"):
         DlerConfig(whiten="batch")
+    with pytest.raises(ValueError, match=r"stop_properly_coef=-0.1 is out of range"):
+        DlerConfig(stop_properly_coef=-0.1)
+    with pytest.raises(ValueError, match=r"correct_boost=-1 is out of range"):
+        DlerConfig(correct_boost=-1)
+
+
+def test_boost_hand_worked():
+    # A + 0.1 where score >= 1 - 1e-5 (the official tolerance): 0.99999 passes, 0.9999 does not
+    scores = torch.tensor([1.0, 0.99999, 0.9999, 0.0], dtype=torch.float64)
+    a = dler_boost(torch.tensor([0.5, -0.5, 0.2, 0.0]), scores)
+    assert a.tolist() == pytest.approx([0.6, -0.4, 0.2, 0.0])
 
 
 @given(batches(max_len=6000))

@@ -12,6 +12,7 @@ from dynashape.methods.laser import (
     LaserDTargets,
     choose_bucket_targets,
     difficulty_buckets,
+    laser_base_score,
     laser_d_reward,
     laser_reward,
     monitor_coverage,
@@ -24,6 +25,19 @@ def test_laser_reward_hand_worked():
     )
     # 1 + 0.5 (within), 1 (over), 0 (wrong, short: no bonus), 1 + 0.5 (exactly at target), 0
     assert r.tolist() == [1.5, 1.0, 0.0, 1.5, 0.0]
+
+
+def test_official_base_score_hand_worked():
+    # hf_math_verifier.compute_score: correct 1, wrong -0.5, unformatted -1 whatever the verdict
+    correct, formatted = torch.tensor([1, 0, 1, 0]), torch.tensor([1, 1, 0, 0])
+    assert laser_base_score(correct, formatted).tolist() == [1.0, -0.5, -1.0, -1.0]
+    assert laser_base_score(correct).tolist() == [1.0, 0.0, 1.0, 0.0]  # no format input: the paper's 0/1
+    r = laser_reward(correct, torch.tensor([100, 100, 100, 100]), target_length=4096, formatted=formatted)
+    assert r.tolist() == [1.5, -0.5, -1.0, -1.0]  # the bonus only where the score is exactly 1
+    with pytest.raises(ValueError, match=r"formatted\[1\]=2.0 must be 0 or 1"):
+        laser_base_score(correct, torch.tensor([1, 2, 0, 0]))
+    with pytest.raises(ValueError, match="base='paper' is not allowed"):
+        LaserConfig(base="paper")
 
 
 def test_buckets_use_the_training_comparisons():

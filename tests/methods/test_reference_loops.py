@@ -1,5 +1,9 @@
 """The vectorised field functions against slow, obviously correct loops over groups (written here from each
-method's definition), on random batches with unequal groups and shuffled ids."""
+method's definition), on random batches with unequal groups and shuffled ids.
+
+These check the vectorisation of our own conventions. Fidelity to the official code (its control flow, epsilons
+and dtypes; groups of one, truncated rows, unformatted answers, graded scores) is checked for DLER, LASER,
+LASER-D, SAW and the engines' penalties in test_official_loops.py."""
 
 import math
 from collections import defaultdict
@@ -144,6 +148,24 @@ def test_alp_and_laser_d_equal_loop(batch):
             laser[i] = c[i] + 0.5 * (c[i] == 1 and lengths[i] <= targets[bucket])
     torch.testing.assert_close(alp_reward(batch.correct, batch.lengths, g, beta=1e-5), torch.tensor(alp).double())
     assert laser_d_reward(batch.correct, batch.lengths, g, targets=targets).tolist() == laser
+
+
+@given(batches(max_len=8000), st.data())
+def test_laser_d_official_score_equals_loop(batch, data):
+    """The official base score (1 / -0.5 / -1): buckets and bonus count only the responses scoring 1."""
+    n = len(batch)
+    formatted = torch.tensor(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    c, f, lengths = batch.correct.tolist(), formatted.tolist(), batch.lengths.tolist()
+    score = [(1.0 if c[i] else -0.5) if f[i] else -1.0 for i in range(n)]
+    want = list(score)
+    targets = (3000, 5000, 1000)
+    for idx in _by_group(batch.group_ids).values():
+        p = _mean([float(score[i] == 1.0) for i in idx])
+        bucket = 2 if p >= 2 / 3 else (1 if p >= 1 / 3 else 0)
+        for i in idx:
+            want[i] += 0.5 * (score[i] == 1.0 and lengths[i] <= targets[bucket])
+    g = Groups.from_ids(batch.group_ids)
+    assert laser_d_reward(batch.correct, batch.lengths, g, targets=targets, formatted=formatted).tolist() == want
 
 
 @given(batches(max_len=9000), st.integers(1, 3))

@@ -5,12 +5,43 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dynashape import RolloutBatch, get_shaper
 from dynashape.core.groups import Groups
 from dynashape.methods.saw import SawConfig, saw_advantages, saw_weights
 
 # Two groups of two; channel 0 correctness, channel 1 format.
 IDS = torch.tensor([0, 0, 1, 1])
 REWARDS = torch.tensor([[1.0, 1.0], [0.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+
+
+def test_graded_correctness_column_gives_the_official_weights():
+    """issue 49: ToolRL correctness [3, -1.5, .5, -3], format [1, 1, 0, 1]. +3: [6, 1.5, 3.5, 0], mean 2.75,
+    Bessel var 20.25 / 3 = 6.75, std 2.598076, CV .944755; format CV .5 / .75 = 2/3; w = 2 CV / (sum + 1e-8) =
+    (1.172573, .827427). The 0/1 verdicts [1, 0, 1, 0] as channel 0 (the fallback) weigh (.396711, 1.603289)."""
+    graded = torch.tensor([[3.0, 1.0], [-1.5, 1.0], [0.5, 0.0], [-3.0, 1.0]])
+    batch = RolloutBatch(group_ids=IDS, correct=torch.tensor([1, 0, 1, 0]), lengths=torch.tensor([5, 6, 7, 8]),
+                         rewards=graded)  # fmt: skip
+    out = get_shaper("saw", correctness_column=0)(batch)
+    assert (out.metrics["saw/weight_0"], out.metrics["saw/weight_1"]) == pytest.approx((1.172573, 0.827427), abs=1e-6)
+    fallback = RolloutBatch(group_ids=IDS, correct=torch.tensor([1, 0, 1, 0]), lengths=torch.tensor([5, 6, 7, 8]),
+                            rewards=graded[:, 1:])  # fmt: skip
+    out = get_shaper("saw")(fallback)
+    assert (out.metrics["saw/weight_0"], out.metrics["saw/weight_1"]) == pytest.approx((0.396711, 1.603289), abs=1e-6)
+    # the graded column is channel 0 wherever it sits; the combined reward is w_c * corr + w_f * fmt, not shifted
+    swapped = RolloutBatch(group_ids=IDS, correct=batch.correct, lengths=batch.lengths, rewards=graded[:, [1, 0]])
+    moved = get_shaper("saw", correctness_column=1)(swapped)
+    assert torch.equal(moved.advantages, get_shaper("saw", correctness_column=0)(batch).advantages)
+
+
+def test_graded_correctness_outside_its_range_is_refused():
+    batch = RolloutBatch(group_ids=IDS, correct=torch.tensor([1, 0, 1, 0]), lengths=torch.tensor([5, 6, 7, 8]),
+                         rewards=torch.tensor([[3.0, 1.0], [-3.5, 1.0], [0.5, 0.0], [0.0, 1.0]]))  # fmt: skip
+    with pytest.raises(ValueError, match=r"rewards\[1, 0\]=-3.5 is a graded correctness outside \[-3, 3\]"):
+        get_shaper("saw", correctness_column=0)(batch)
+    with pytest.raises(ValueError, match=r"correctness_column=2 but rewards has 2 columns"):
+        get_shaper("saw", correctness_column=2)(batch)
+    with pytest.raises(ValueError, match=r"correctness_column=-1 must be an integer >= 0"):
+        SawConfig(correctness_column=-1)
 
 
 def test_weights_hand_worked():

@@ -20,12 +20,18 @@ GOLDS = ["0.5", "x^2+2x+1", "8", "3", "[0,1]"]
 EXPECTED = [1.0, 1.0, 0.0, 0.0, 0.0]
 
 
+def test_formatted_is_a_closed_box_not_an_answer_line() -> None:
+    assert compute_score("math", "Answer: 8", "8") == {"score": 1.0, "acc": True, "pred": "8", "formatted": False}
+    assert compute_score("math", r"so \boxed{8", "8")["formatted"] is False  # a box that never closes
+
+
 def test_compute_score_values_and_keys() -> None:
     results = [compute_score("math", r, g) for r, g in zip(RESPONSES, GOLDS)]
     assert [r["score"] for r in results] == EXPECTED
     assert [r["acc"] for r in results] == [bool(e) for e in EXPECTED]
     assert [r["pred"] for r in results] == [r"\frac{1}{2}", "(x+1)^2", "7", "", "[0,1)"]
-    assert all(set(r) == {"score", "acc", "pred"} for r in results)  # verl needs the same keys every time
+    assert [r["formatted"] for r in results] == [True, True, True, False, True]  # a closed \boxed answer
+    assert all(set(r) == {"score", "acc", "pred", "formatted"} for r in results)  # verl needs the same keys
     assert all(type(r["score"]) is float and type(r["acc"]) is bool and type(r["pred"]) is str for r in results)
 
 

@@ -39,7 +39,9 @@ def test_every_name_is_registered_with_its_declaration():
     assert set(FIELD) <= set(available_shapers())
     assert shaper_needs("l1_exact") == shaper_needs("l1_max") == ShaperNeeds(budgets=True)
     assert shaper_needs("aalc") == ShaperNeeds(validation_accuracy=True)
-    assert shaper_needs("laser_d") == ShaperNeeds(monitor_rollouts=True)
+    assert shaper_needs("laser_d") == ShaperNeeds(monitor_rollouts=True, formatted=True)
+    assert shaper_needs("laser") == ShaperNeeds(formatted=True)
+    assert shaper_needs("dler") == ShaperNeeds(truncated=True)
     assert shaper_needs("saw").reward_channels == shaper_needs("gfpo").reward_channels == "optional"
 
 
@@ -76,12 +78,31 @@ def test_thinkprune_schedule_runs_inside_one_run_and_restores():
 
 
 def test_laser():
-    # c + .5 * 1[c and l <= 150]
-    check_grpo(get_shaper("laser", alpha=0.5, target_length=150)(batch()), [1.5, 1.0, 0.0, 0.0, 1.5])
+    # binary base (the paper): c + .5 * 1[c and l <= 150]
+    check_grpo(get_shaper("laser", alpha=0.5, target_length=150, base="binary")(batch()), [1.5, 1.0, 0.0, 0.0, 1.5])
+    # official base (default): 1 / -.5 / -1 by verdict and format; B's correct answer (row 4) unformatted:
+    # A: 1 + .5, 1, -.5; B: -.5 (wrong), -1 (correct but unformatted, no bonus)
+    formatted = torch.tensor([1, 1, 1, 1, 0])
+    out = get_shaper("laser", alpha=0.5, target_length=150)(batch(formatted=formatted))
+    check_grpo(out, [1.5, 1.0, -0.5, -0.5, -1.0])
+    with pytest.raises(ValueError, match=r"shaper 'laser' needs formatted \[N\] in the batch"):
+        get_shaper("laser")(batch())
+
+
+def test_laser_reproduces_the_official_group_of_issue_49():
+    """lengths [1000, 5000, 800, 6000], correct [1, 1, 0, 0], all formatted, L_T 4096, alpha .5:
+    r = [1.5, 1, -.5, -.5], mean .375, deviations [1.125, .625, -.875, -.875], Bessel var 3.1875 / 3 = 1.0625,
+    std 1.030776: A = [1.091410, .606339, -.848875, -.848875] (the 0/1 base gave [1.17, .50, -.83, -.83])."""
+    b = RolloutBatch(group_ids=torch.zeros(4, dtype=torch.long), correct=torch.tensor([1, 1, 0, 0]),
+                     lengths=torch.tensor([1000, 5000, 800, 6000]), formatted=torch.ones(4))  # fmt: skip
+    out = get_shaper("laser")(b)
+    assert out.advantages.double().tolist() == pytest.approx([1.091410, 0.606339, -0.848875, -0.848875], abs=2e-6)
+    binary = get_shaper("laser", base="binary")(b).advantages.double().tolist()
+    assert binary == pytest.approx([7 / 6, 0.5, -5 / 6, -5 / 6], abs=2e-6)  # r = [1.5, 1, 0, 0]
 
 
 def test_laser_d_targets_by_bucket_from_the_monitor():
-    params = dict(initial_target=90, grid=(60, 100, 150, 300), alpha=0.5)
+    params = dict(initial_target=90, grid=(60, 100, 150, 300), alpha=0.5, base="binary")
     shaper = get_shaper("laser_d", **params)
     # before any monitor every target is 90: only B's 80-token correct answer earns the bonus
     check_grpo(shaper(batch()), [1.0, 1.0, 0.0, 0.0, 1.5])
@@ -105,8 +126,21 @@ def test_laser_d_targets_by_bucket_from_the_monitor():
         shaper.observe(validation_accuracy=0.5)
 
 
+def test_laser_d_official_buckets_count_only_the_answers_scoring_one():
+    """Group A [1, 1, 0] all formatted: 2/3 score 1, high. With A's second answer unformatted only 1/3 scores 1:
+    medium. Targets (low 300, medium 250, high 60): the 100-token correct answer earns the bonus only as medium.
+    high: [1, 1, -.5] (100 > 60); medium: [1.5, -1, -.5]. B [0, 1] is medium (1/2): [-.5, 1 + .5] (80 <= 250)."""
+    shaper = get_shaper("laser_d", initial_target=90, grid=(60, 100, 150, 300), alpha=0.5)
+    shaper.load_state_dict({"version": 1, "buckets": {"targets": [300, 250, 60], "refreshes": 1}})
+    check_grpo(shaper(batch(formatted=torch.ones(5))), [1.0, 1.0, -0.5, -0.5, 1.5])
+    check_grpo(shaper(batch(formatted=torch.tensor([1, 0, 1, 1, 1]))), [1.5, -1.0, -0.5, -0.5, 1.5])
+
+
 def test_dler_whitens_the_group_centred_reward():
-    out = get_shaper("dler", max_length=250, whiten="sequence")(batch())
+    # no row truncated: the stop-properly multiplier leaves the capped score as it is
+    # no boost (correct_boost=0): the whitening alone; the boost is hand-worked in tests/methods/test_dler.py
+    shaper = get_shaper("dler", max_length=250, whiten="sequence", correct_boost=0.0)
+    out = shaper(batch(truncated=torch.zeros(5, dtype=torch.bool)))
     # r = [1, 0, 0, 0, 1]; group means 1/3, 1/2: centred [2/3, -1/3, -1/3, -1/2, 1/2], batch mean 0,
     # unbiased var (4/9 + 1/9 + 1/9 + 1/4 + 1/4) / 4 = 7/24
     centred = [2 / 3, -1 / 3, -1 / 3, -1 / 2, 1 / 2]
@@ -117,8 +151,8 @@ def test_dler_whitens_the_group_centred_reward():
 
 def test_dler_does_not_centre_a_group_of_one():
     one = RolloutBatch(group_ids=torch.tensor([0, 0, 1]), correct=torch.tensor([1, 0, 1]),
-                       lengths=torch.tensor([10, 10, 10]))  # fmt: skip
-    out = get_shaper("dler", whiten="sequence")(one)
+                       lengths=torch.tensor([10, 10, 10]), truncated=torch.tensor([0, 0, 0]))  # fmt: skip
+    out = get_shaper("dler", whiten="sequence", correct_boost=0.0)(one)
     # centred [1/2, -1/2, 1] (the single group's mean is 0); mean 1/3, unbiased var (1/36 + 25/36 + 4/9) / 2 = 7/12
     want = [(c - 1 / 3) / math.sqrt(7 / 12 + 1e-8) for c in (0.5, -0.5, 1.0)]
     assert out.advantages.double().tolist() == pytest.approx(want, abs=1e-6)

@@ -15,11 +15,13 @@ from dynashape.methods import (
     AdlpConfig,
     AdlpController,
     dler_advantages,
+    dler_boost,
     dler_reward,
     gfpo_advantages,
     l1_exact_reward,
     saw_advantages,
 )
+from dynashape.rewards.length import stop_properly_scale
 from dynashape.shapers import registry
 from dynashape.shapers.composed import ComposedShaper
 from dynashape.shapers.lead import LeadConfig
@@ -118,8 +120,11 @@ def test_adlp_equals_the_field_controller_over_steps(steps):
 
 @given(batches(), st.sampled_from(["token", "sequence"]), st.integers(1, 8000))
 def test_dler_equals_the_field_functions(batch, whiten, cap):
-    r = dler_reward(batch.correct, batch.lengths, max_length=cap)
+    truncated = batch.lengths >= cap  # the engine's cap: every response at it was cut (none ends exactly there)
+    batch = RolloutBatch(group_ids=batch.group_ids, correct=batch.correct, lengths=batch.lengths, truncated=truncated)
+    r = dler_reward(batch.correct, batch.lengths, max_length=cap) * stop_properly_scale(truncated, 0.1)
     want = dler_advantages(r, Groups.from_ids(batch.group_ids), batch.lengths if whiten == "token" else None)
+    want = dler_boost(want, dler_reward(batch.correct, batch.lengths, max_length=cap), value=0.1)
     assert torch.equal(get_shaper("dler", max_length=cap, whiten=whiten)(batch).advantages, want.float())
 
 

@@ -88,7 +88,7 @@ def test_config_errors_name_field_and_range(name, params, message):
 TAKES_ONE_CHANNEL = {"lead": {"reward_ranges": ((-1.0, 1.0),)}, "lead_meds": {"reward_ranges": ((-1.0, 1.0),)}}
 
 
-def _batch(*, fingerprints=True, prompt_keys=True, rewards=False, budgets=True):
+def _batch(*, fingerprints=True, prompt_keys=True, rewards=False, budgets=True, truncated=True, formatted=True):
     import torch
 
     from dynashape import RolloutBatch
@@ -103,6 +103,8 @@ def _batch(*, fingerprints=True, prompt_keys=True, rewards=False, budgets=True):
         prompt_keys=[f"p{i // 4}" for i in range(n)] if prompt_keys else None,
         fingerprints=torch.randn(n, 3, generator=gen) if fingerprints else None,
         budgets=torch.tensor([6, 6, 6, 6, 9, 9, 9, 9]) if budgets else None,
+        truncated=torch.tensor([0, 0, 0, 1, 0, 0, 1, 0], dtype=torch.bool) if truncated else None,
+        formatted=torch.tensor([1, 1, 1, 0, 1, 1, 0, 1], dtype=torch.bool) if formatted else None,
     )
 
 
@@ -136,6 +138,8 @@ def test_each_declaration_matches_what_the_shaper_reads(name):
     assert _runs(name, _batch(fingerprints=False, rewards=channels)) is not needs.fingerprints
     assert _runs(name, _batch(prompt_keys=False, rewards=channels)) is not needs.prompt_keys
     assert _runs(name, _batch(budgets=False, rewards=channels)) is not needs.budgets
+    assert _runs(name, _batch(truncated=False, rewards=channels)) is not needs.truncated
+    assert _runs(name, _batch(formatted=False, rewards=channels)) is not needs.formatted
     with_rewards = _runs(name, _batch(rewards=True), **TAKES_ONE_CHANNEL.get(name, {}))
     assert with_rewards is (needs.reward_channels != "refused")
     assert _runs(name, _batch(rewards=False)) is (needs.reward_channels != "required")

@@ -347,7 +347,8 @@ def test_the_trajectory_names_are_the_ones_the_shapers_log():
     from dynashape.train.field_presets import field_table
 
     batch = RolloutBatch(group_ids=torch.tensor([0, 0, 1, 1]), correct=torch.tensor([1, 0, 1, 1]),
-                         lengths=torch.tensor([30, 90, 20, 60]), budgets=torch.tensor([50, 50, 50, 50]))  # fmt: skip
+                         lengths=torch.tensor([30, 90, 20, 60]), budgets=torch.tensor([50, 50, 50, 50]),
+                         truncated=torch.tensor([0, 1, 0, 0]), formatted=torch.tensor([1, 0, 1, 1]))  # fmt: skip
     table = field_table(101)
     for method, names in TRAJECTORIES.items():
         kwargs = {"b_max": 101, "l_min": 25} if method == "lead" else table[method]["shaper_kwargs"]

@@ -68,7 +68,10 @@ def test_each_paper_value_lands_where_the_rule_puts_it(budget, expected):
     assert t["l1_exact"]["budget_prompt"]["form"] == "exact" and t["l1_max"]["budget_prompt"]["form"] == "maximum"
     cap, schedule = expected["thinkprune"]
     assert t["thinkprune"]["shaper_kwargs"] == {"max_length": cap, "schedule": schedule}
-    assert t["laser"]["shaper_kwargs"] == {"alpha": 0.5, "target_length": expected["laser"]}
+    # the committed comparison's forms, pinned (the shapers' defaults are now the official ones)
+    assert t["laser"]["shaper_kwargs"] == {"alpha": 0.5, "target_length": expected["laser"], "base": "binary"}
+    assert t["laser_d"]["shaper_kwargs"]["base"] == "binary"
+    assert t["dler"]["shaper_kwargs"]["stop_properly_coef"] is None and t["dler"]["shaper_kwargs"]["correct_boost"] == 0
     first, last, count = expected["laser_d"]
     grid = t["laser_d"]["shaper_kwargs"]["grid"]
     assert (grid[0], grid[-1], len(grid)) == (first, last, count)

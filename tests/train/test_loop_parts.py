@@ -56,7 +56,7 @@ def test_dynamic_sampling_keeps_only_mixed_groups():
         "dapo", prompts_per_step=4, group_size=2, max_new_tokens=4, overlong={"buffer": 2}, max_sampling_rounds=3
     )
     trainer = Trainer(model, tok, problems, cfg, EvenAnswerVerifier())
-    trainer._verify = lambda ro, probs: torch.zeros(len(probs), dtype=torch.bool)  # every group uniform
+    trainer._verify = lambda ro, probs: (torch.zeros(len(probs), dtype=torch.bool),) * 2  # every group uniform
     timings = {"sample": 0.0, "verify": 0.0}
     col = trainer._collect(timings)
     assert col.rollouts is None and col.rounds == 3 and len(col.sampled["correct"]) == 3 * 4 * 2
@@ -65,8 +65,9 @@ def test_dynamic_sampling_keeps_only_mixed_groups():
         "dapo", prompts_per_step=4, group_size=2, max_new_tokens=4, overlong={"buffer": 2}, max_sampling_rounds=3
     )
     trainer = Trainer(model, tok, problems, cfg, EvenAnswerVerifier())
-    trainer._verify = lambda ro, probs: torch.tensor(  # bypass truncation: judge the fake verdicts only
-        [int(p.answer) % 2 == 0 and i % 2 == 1 for i, p in enumerate(probs)]
+    trainer._verify = lambda ro, probs: (  # bypass truncation: judge the fake verdicts only (and all formatted)
+        torch.tensor([int(p.answer) % 2 == 0 and i % 2 == 1 for i, p in enumerate(probs)]),
+        torch.ones(len(probs), dtype=torch.bool),
     )
     stream = PromptStream(problems, cfg.seed)
     drawn = stream.take(12)
@@ -180,3 +181,36 @@ def test_the_passk_subset_is_the_world_choice_or_the_keys_named():
     for bad in ((), ("a", "a"), ("",)):
         with pytest.raises(ValueError, match="passk_keys"):
             EvalConfig(passk_keys=bad)
+
+
+class FormatVerifier:
+    """Every rollout wrong; the verdict says formatted for even rows and leaves odd rows to the text."""
+
+    def verify(self, golds, responses):
+        return [
+            Verdict(False, None, Reason.MISMATCH, formatted=True if i % 2 == 0 else None) for i in range(len(golds))
+        ]
+
+
+def test_the_shaper_gets_truncated_and_formatted():
+    """The reference trainer fills batch.truncated (the cap reached without EOS) and batch.formatted (the verdict's
+    own flag, else a closed boxed answer in the decoded text)."""
+    tok = build_char_tokenizer()
+    model = build_policy(TINY, tok).eval()
+    problems = world_splits(ChainTaskConfig(n_train=8, n_test_per_difficulty=1)).train
+    cfg = make_train_config("grpo", prompts_per_step=2, group_size=2, max_new_tokens=3, overlong={"buffer": 1})
+    trainer = Trainer(model, tok, problems, cfg, FormatVerifier())
+    seen = []
+    shaper = trainer.shaper
+    trainer.shaper = lambda batch: seen.append(batch) or shaper(batch)
+    trainer.shaper.needs = shaper.needs  # type: ignore[attr-defined]
+    col = trainer._collect({"sample": 0.0, "verify": 0.0})
+    texts = tok.batch_decode(col.rollouts.response_ids, skip_special_tokens=True)
+    odd_boxed = [i % 2 == 0 or ("\\boxed{" in t and t.rstrip().endswith("}")) for i, t in enumerate(texts)]
+    assert col.formatted.tolist() == odd_boxed  # 3 random characters never close a box: odd rows False
+    trainer.step()
+    batch = seen[0]
+    assert batch.truncated is not None and batch.formatted is not None
+    # truncated only at the cap (a row shorter than 3 tokens ended with EOS); the untrained model rarely stops
+    assert not bool((batch.truncated & (batch.lengths < 3)).any()) and bool(batch.truncated.any())
+    assert batch.formatted[::2].all() and not batch.formatted[1::2].any()

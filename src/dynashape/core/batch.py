@@ -11,7 +11,7 @@ fields must have an integer dtype, `correct` must be boolean or exactly 0/1.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +62,23 @@ def _require_finite(field: str, t: torch.Tensor) -> None:
         raise ValueError(f"{field} has a non-finite value {t[idx].item()!r} at index {_fmt_index(idx)}")
 
 
+def _flags(field: str, value: Any, check_rows: Callable[[str, torch.Tensor], None]) -> torch.Tensor:
+    """A 1-D bool [N] from a BoolTensor or an exactly 0/1 tensor (verdicts, truncation, format)."""
+    t = _as_tensor(field, value)
+    if t.dim() != 1:
+        raise ValueError(f"{field} must be 1-D [N], got shape {tuple(t.shape)}")
+    check_rows(field, t)
+    if t.dtype == torch.bool:
+        return t
+    if t.is_floating_point():
+        _require_finite(field, t)
+    bad = (t != 0) & (t != 1)
+    if bool(bad.any()):
+        idx = _first_index(bad)
+        raise ValueError(f"{field} must be boolean or 0/1, got {t[idx].item()!r} at index {_fmt_index(idx)}")
+    return t != 0
+
+
 @dataclass(frozen=True, eq=False)
 class RolloutBatch:
     """N rollouts of M prompts, flat, with the verdicts and lengths every shaper needs.
@@ -75,6 +92,13 @@ class RolloutBatch:
         fingerprints: optional float Tensor [N, D]; a row of all NaN means "no fingerprint" (MEDS).
         budgets: optional LongTensor [N]. The token budget each rollout's prompt asked for (L1's n_gold);
             validated like `lengths` (integer dtype, non-negative).
+        truncated: optional BoolTensor [N]. True where the response did not end by itself: the engine stopped
+            it at its length cap (verl: finish reason "length" or length == max_response_length; TRL: no EOS in
+            the completion; the reference trainer: the cap reached without EOS). DLER's stop-properly penalty
+            and the ``stop_properly`` part read it. Boolean or exactly 0/1, like `correct`.
+        formatted: optional BoolTensor [N]. True where the response gives its final answer in the form the
+            prompt asks for (the library's verifier: a closed ``\\boxed{}``); LASER's official base score reads
+            it (-1 for an unformatted response). Boolean or exactly 0/1.
     """
 
     group_ids: torch.Tensor
@@ -84,6 +108,8 @@ class RolloutBatch:
     prompt_keys: tuple[str, ...] | None = None
     fingerprints: torch.Tensor | None = None
     budgets: torch.Tensor | None = None
+    truncated: torch.Tensor | None = None
+    formatted: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen dataclass: normalise fields once, here
@@ -102,20 +128,9 @@ class RolloutBatch:
             if t.device != device:
                 raise ValueError(f"{field} is on {t.device} but group_ids is on {device}")
 
-        correct = _as_tensor("correct", self.correct)
-        if correct.dim() != 1:
-            raise ValueError(f"correct must be 1-D [N], got shape {tuple(correct.shape)}")
-        check_rows("correct", correct)
-        if correct.dtype != torch.bool:
-            if correct.is_floating_point():
-                _require_finite("correct", correct)
-            bad = (correct != 0) & (correct != 1)
-            if bool(bad.any()):
-                idx = _first_index(bad)
-                raise ValueError(
-                    f"correct must be boolean or 0/1, got {correct[idx].item()!r} at index {_fmt_index(idx)}"
-                )
-            correct = correct != 0
+        correct = _flags("correct", self.correct, check_rows)
+        truncated = None if self.truncated is None else _flags("truncated", self.truncated, check_rows)
+        formatted = None if self.formatted is None else _flags("formatted", self.formatted, check_rows)
 
         def token_counts(field: str, value: Any) -> torch.Tensor:
             """A 1-D integer [N] of token counts (lengths, budgets): non-negative, no silent cast from floats."""
@@ -175,6 +190,8 @@ class RolloutBatch:
         set_(self, "prompt_keys", prompt_keys)
         set_(self, "fingerprints", fingerprints)
         set_(self, "budgets", budgets)
+        set_(self, "truncated", truncated)
+        set_(self, "formatted", formatted)
 
     def __len__(self) -> int:
         return int(self.group_ids.shape[0])

@@ -9,7 +9,7 @@ blocks: the registered shapers compose them. Imports only the core (`dynashape.c
 from dynashape.methods.aalc import AalcConfig, AalcSchedule, aalc_grpo_float32, aalc_reward
 from dynashape.methods.adlp import AdlpConfig, AdlpController, AdlpStep, adlp_lambda_update, adlp_reward
 from dynashape.methods.alp import AlpConfig, alp_reward
-from dynashape.methods.dler import DlerConfig, dler_advantages, dler_reward
+from dynashape.methods.dler import DlerConfig, dler_advantages, dler_boost, dler_reward
 from dynashape.methods.gfpo import AdaptiveKeep, GfpoConfig, GfpoResult, gfpo_advantages, gfpo_keep_mask
 from dynashape.methods.l1 import L1ExactConfig, L1MaxConfig, l1_exact_reward, l1_max_reward
 from dynashape.methods.laser import (
@@ -18,6 +18,7 @@ from dynashape.methods.laser import (
     LaserDTargets,
     choose_bucket_targets,
     difficulty_buckets,
+    laser_base_score,
     laser_d_reward,
     laser_reward,
     monitor_coverage,
@@ -53,11 +54,13 @@ __all__ = [
     "choose_bucket_targets",
     "difficulty_buckets",
     "dler_advantages",
+    "dler_boost",
     "dler_reward",
     "gfpo_advantages",
     "gfpo_keep_mask",
     "l1_exact_reward",
     "l1_max_reward",
+    "laser_base_score",
     "laser_d_reward",
     "laser_reward",
     "monitor_coverage",

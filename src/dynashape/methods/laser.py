@@ -9,6 +9,15 @@ the monitor run once before training and then every `trainer.monitor_freq` steps
 `verl/utils/reward_score/constants.py` (`get_length_threshold`), and the LASER-D scripts
 (`scripts/training/laser-d-1.5b/*.sh`: grid 4096..16384 by 1024, monitor_freq 20, n = 8).
 
+The base score (`base`, default "official"): the LASER and LASER-D scripts train with `trainer.format_reward:
+True` (`verl/trainer/config/lengthy_ppo_trainer.yaml`; no script overrides it), so each response is scored by
+`verl/utils/reward_score/hf_math_verifier.py` (`compute_score`): 1 correct, -0.5 wrong, -1 when the response has
+no `\\boxed` answer after its `</think>` or lacks the think tags, whatever its verdict. The length bonus and the
+difficulty buckets test `score == 1.0`, so a correct but unformatted answer earns neither. Here the batch's
+``formatted`` input says whether an answer is formatted (the library's verifier: a closed `\\boxed{}`; a thinking
+model's adapter should also require the think tags, as the code does). `base="binary"` is the paper's 0/1 correctness
+(the code's `compute_score_no_format`), which reads no ``formatted``.
+
 Details the code fixes and the paper leaves open:
 - Training buckets by group accuracy p: high if p >= 2/3, medium if 1/3 <= p < 2/3, low below.
   The monitor bands differently: low if p <= 1/3, medium if 1/3 < p <= 2/3, high above. Both are kept.
@@ -34,12 +43,14 @@ from dynashape.core.groups import Groups, group_mean
 from dynashape.methods._inputs import as_correct, as_lengths, capped_correct, check_rows, require_int
 
 __all__ = [
+    "BASE_SCORES",
     "BUCKETS",
     "LaserConfig",
     "LaserDConfig",
     "LaserDTargets",
     "choose_bucket_targets",
     "difficulty_buckets",
+    "laser_base_score",
     "laser_d_reward",
     "laser_reward",
     "monitor_coverage",
@@ -47,6 +58,10 @@ __all__ = [
 
 BUCKETS: tuple[str, ...] = ("low", "medium", "high")
 RoundMethod = Literal["floor", "ceil"]
+BaseScore = Literal["official", "binary"]
+BASE_SCORES: tuple[str, ...] = ("official", "binary")
+#: The official base score of a formatted wrong answer and of an unformatted one (hf_math_verifier.compute_score).
+WRONG_SCORE, UNFORMATTED_SCORE = -0.5, -1.0
 _F64 = torch.float64
 
 
@@ -58,10 +73,13 @@ class LaserConfig:
     """Bonus added to a correct answer of at most target_length tokens (`length_reward_scalar`, 0.5). >= 0."""
     target_length: int = 4096
     """The target L_T in tokens (the paper's runs: 2048, 4096, 8192). >= 1."""
+    base: BaseScore = "official"
+    """'official': 1 / -0.5 / -1 by verdict and format (reads ``batch.formatted``); 'binary': the paper's 0/1."""
 
     def __post_init__(self) -> None:
         require_range("alpha", self.alpha, 0.0, None)
         require_int("target_length", self.target_length, 1)
+        require_choice("base", self.base, BASE_SCORES)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,9 +100,12 @@ class LaserDConfig:
     """Expected correct answers a target must keep (`length_penalty.expected_n_correct`). > 0."""
     round_method: RoundMethod = "floor"
     """'floor': floor(coverage * int(n_b)); 'ceil': coverage * ceil(n_b) (`length_penalty.round_method`)."""
+    base: BaseScore = "official"
+    """'official': 1 / -0.5 / -1 by verdict and format (reads ``batch.formatted``); 'binary': the paper's 0/1."""
 
     def __post_init__(self) -> None:
         require_range("alpha", self.alpha, 0.0, None)
+        require_choice("base", self.base, BASE_SCORES)
         for name in ("initial_target", "refresh_every", "n_rollout"):
             require_int(name, getattr(self, name), 1)
         object.__setattr__(self, "grid", tuple(self.grid))
@@ -96,24 +117,45 @@ class LaserDConfig:
         require_choice("round_method", self.round_method, ("floor", "ceil"))
 
 
+def laser_base_score(correct: torch.Tensor, formatted: torch.Tensor | None = None) -> torch.Tensor:
+    """The base score: 1 correct, -0.5 wrong, -1 unformatted when `formatted` is given (hkust-nlp/Laser@c9e7c4ef
+    `hf_math_verifier.compute_score`, the official runs' `format_reward: True`); the 0/1 verdict when it is None
+    (`compute_score_no_format`, the paper's form).
+
+    Args: correct: BoolTensor or 0/1 Tensor [N]. formatted: BoolTensor or 0/1 Tensor [N], or None.
+    Returns: float64 Tensor [N].
+    """
+    c = as_correct(correct)
+    if formatted is None:
+        return c
+    check_rows(correct=correct, formatted=formatted)
+    f = as_correct(formatted, "formatted")
+    scored = torch.where(c > 0, torch.ones_like(c), torch.full_like(c, WRONG_SCORE))
+    return torch.where(f > 0, scored, torch.full_like(c, UNFORMATTED_SCORE))
+
+
 def laser_reward(
     correct: torch.Tensor,
     lengths: torch.Tensor,
     *,
     target_length: float | torch.Tensor,
     alpha: float = 0.5,
+    formatted: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """LASER reward r = C(y) + alpha * 1[correct and L(y) <= L_T] (LASER Eq. 5, `compute_length_reward_larse`,
-    length_reward_type='reward'). Code and paper agree.
+    """LASER reward r = s(y) + alpha * 1[s(y) = 1 and L(y) <= L_T] (LASER Eq. 5, `compute_length_reward_larse`,
+    length_reward_type='reward'), s the base score of `laser_base_score`: the official 1 / -0.5 / -1 when
+    `formatted` is given, the paper's 0/1 when it is None. The bonus goes to the responses scoring exactly 1, as
+    the code's `score_lst[i] == 1.0`: under the official score, correct and formatted.
 
     Args:
         correct: BoolTensor or 0/1 Tensor [N]. lengths: LongTensor [N].
         target_length: L_T, a number or a float Tensor [N] (LASER-D's per-rollout targets). alpha: the bonus.
-    Returns: float64 Tensor [N] in {0, 1, 1 + alpha}.
+        formatted: BoolTensor or 0/1 Tensor [N] (the official score), or None (0/1).
+    Returns: float64 Tensor [N] in {-1, -0.5, 1, 1 + alpha} (official) or {0, 1, 1 + alpha}.
     """
     check_rows(correct=correct, lengths=lengths)
-    c = as_correct(correct)
-    return c + alpha * capped_correct(c, as_lengths(lengths), target_length)
+    s = laser_base_score(correct, formatted)
+    return s + alpha * capped_correct((s == 1.0).to(_F64), as_lengths(lengths), target_length)
 
 
 def difficulty_buckets(correct: torch.Tensor, groups: Groups) -> torch.Tensor:
@@ -185,13 +227,17 @@ def laser_d_reward(
     *,
     targets: Sequence[float | None],
     alpha: float = 0.5,
+    formatted: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """LASER-D reward: LASER's bonus with L_T = the target of the rollout's difficulty bucket
-    (`compute_length_reward_larse_d`). A None target is the batch's longest response.
+    (`compute_length_reward_larse_d`). A None target is the batch's longest response. The buckets count the
+    responses scoring exactly 1 (the code's `id2acc`), so under the official score (`formatted` given) a correct
+    but unformatted answer does not count as solved.
 
     Args:
         correct: BoolTensor or 0/1 Tensor [N]. lengths: LongTensor [N]. groups: the batch's Groups.
         targets: (low, medium, high) targets in tokens, or None.
+        formatted: BoolTensor or 0/1 Tensor [N] (the official score), or None (0/1).
     Returns: float64 Tensor [N].
     """
     if len(targets) != 3:
@@ -200,8 +246,9 @@ def laser_d_reward(
     length = as_lengths(lengths)
     longest = float(length.max())
     per_bucket = torch.tensor([longest if t is None else float(t) for t in targets], dtype=_F64, device=length.device)
-    per_rollout = per_bucket.index_select(0, difficulty_buckets(correct, groups))
-    return laser_reward(correct, lengths, target_length=per_rollout, alpha=alpha)
+    solved = laser_base_score(correct, formatted) == 1.0
+    per_rollout = per_bucket.index_select(0, difficulty_buckets(solved, groups))
+    return laser_reward(correct, lengths, target_length=per_rollout, alpha=alpha, formatted=formatted)
 
 
 class LaserDTargets:
@@ -238,9 +285,14 @@ class LaserDTargets:
         )
         self.refreshes_ += 1
 
-    def reward(self, correct: torch.Tensor, lengths: torch.Tensor, groups: Groups) -> torch.Tensor:
-        """The LASER-D reward of a training batch under the current targets (no state change)."""
-        return laser_d_reward(correct, lengths, groups, targets=self.targets_, alpha=self.config.alpha)
+    def reward(
+        self, correct: torch.Tensor, lengths: torch.Tensor, groups: Groups, formatted: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The LASER-D reward of a training batch under the current targets (no state change); `formatted` as
+        in `laser_d_reward`."""
+        return laser_d_reward(
+            correct, lengths, groups, targets=self.targets_, alpha=self.config.alpha, formatted=formatted
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"targets": list(self.targets_), "refreshes": self.refreshes_}

@@ -5,8 +5,14 @@ CV_k = std_B(r_k) / (|mean_B(r_k)| + eps) over the whole batch; w_k = K * CV_k /
 mode 'grpo' (the code's `grpo-h`): GRPO normalisation of sum_k w_k r_k. mode 'gdpo' (`gdpo-h`): sum_k w_k A_k with
 A_k the GRPO normalisation of channel k alone, then batch-whitened.
 
-Official code: Zhaolutuan/SAW, commit 119951f6, `verl/trainer/ppo/ray_trainer.py` (`compute_advantage`,
-branches 'grpo-h' and 'gdpo-h'). Conventions kept from it:
+Official code: Zhaolutuan/SAW, commit 119951f6 (its parent 2da50f09 holds the same code),
+`verl/trainer/ppo/ray_trainer.py` (`compute_advantage`, branches 'grpo-h' and 'gdpo-h'), with the scores of
+`rlla.py` (ToolRL's reward: a graded correctness in [-3, 3] and a format score). Conventions kept from it:
+- Channel 0 is the graded correctness when the batch carries it (`SawConfig.correctness_column`, a column of
+  ``batch.rewards`` with values in [-3, 3], as ToolRL's): the +3 shift below makes it non-negative before its CV.
+  Without it, channel 0 is the 0/1 verdict (the documented fallback), whose +3 shift lowers its CV: on one batch
+  the weights can move far (issue 49: correctness [3, -1.5, .5, -3], format [1, 1, 0, 1] weigh (1.17, .83)
+  graded and (.40, 1.60) as 0/1 verdicts [1, 0, 1, 0]).
 - std is torch's default, with Bessel's correction over the N rollouts (not token-weighted).
 - Channel 0 (correctness) is shifted by +3 before its CV only (`offset_corr = seq_scores_corr + 3.0`); the
   rewards that are combined stay unshifted. Other channels are not shifted.
@@ -28,9 +34,12 @@ import torch
 
 from dynashape.core.checks import require_choice, require_range
 from dynashape.core.groups import Groups, group_normalize, whiten
-from dynashape.methods._inputs import as_lengths, as_rewards, check_rows
+from dynashape.methods._inputs import as_lengths, as_rewards, check_rows, require_int
 
-__all__ = ["SAW_MODES", "SawConfig", "SawResult", "saw_advantages", "saw_weights"]
+__all__ = ["GRADED_RANGE", "SAW_MODES", "SawConfig", "SawResult", "graded_correctness", "saw_advantages", "saw_weights"]
+
+#: ToolRL's correctness score range (`rlla.py`), which the official +3 shift makes non-negative.
+GRADED_RANGE: tuple[float, float] = (-3.0, 3.0)
 
 SawMode = Literal["grpo", "gdpo"]
 SAW_MODES: tuple[str, ...] = ("grpo", "gdpo")
@@ -51,8 +60,13 @@ class SawConfig:
     """eps beside the group std in the GRPO normalisations. > 0."""
     whiten_eps: float = 1e-8
     """eps inside the square root of the 'gdpo' batch whitening. > 0."""
+    correctness_column: int | None = None
+    """The column of ``batch.rewards`` holding a graded correctness in [-3, 3] (ToolRL's, the official channel 0);
+    the other columns are the further channels. None: channel 0 is the 0/1 verdict. >= 0."""
 
     def __post_init__(self) -> None:
+        if self.correctness_column is not None:
+            require_int("correctness_column", self.correctness_column, 0)
         require_choice("mode", self.mode, SAW_MODES)
         require_range("eps", self.eps, 0.0, None, low_open=True)
         require_range("correctness_offset", self.correctness_offset)
@@ -73,6 +87,22 @@ class SawResult:
         out = {f"saw/weight_{k}": float(w) for k, w in enumerate(self.weights.tolist())}
         out.update({f"saw/cv_{k}": float(c) for k, c in enumerate(self.cv.tolist())})
         return out
+
+
+def graded_correctness(rewards: torch.Tensor, column: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split ``rewards`` [N, K] into the graded correctness column [N] (values in [-3, 3], else ValueError naming
+    the row) and the other columns [N, K - 1] (float64)."""
+    r = _as_channels(rewards)
+    if column >= r.shape[1]:
+        raise ValueError(f"correctness_column={column} but rewards has {r.shape[1]} columns")
+    graded = r[:, column]
+    low, high = GRADED_RANGE
+    outside = (graded < low) | (graded > high)
+    if bool(outside.any()):
+        i = int(torch.nonzero(outside)[0, 0])
+        raise ValueError(f"rewards[{i}, {column}]={graded[i].item()} is a graded correctness outside [-3, 3]")
+    others = torch.cat([r[:, :column], r[:, column + 1 :]], dim=1)
+    return graded, others
 
 
 def _as_channels(rewards: torch.Tensor) -> torch.Tensor:

@@ -32,6 +32,7 @@ __all__ = [
     "braces_balanced",
     "extract_answer",
     "fast_equivalent",
+    "has_boxed_answer",
     "normalize_answer",
     "strip_delimiters",
 ]
@@ -111,6 +112,34 @@ def _answer_line(text: str) -> str | None:
     return content.rstrip(".").strip() or None
 
 
+def _boxed(text: str) -> str | None:
+    """The content of the last box that closes (see `extract_answer`), or None."""
+    boxes = list(_BOX_RE.finditer(text))
+    if not boxes:
+        return None
+    # Common case: the last box closes; scan forward from it only.
+    content = _box_content(text, boxes[-1].end(), None)
+    if content is not None:
+        return content
+    # The last box never closes (truncated output): one linear pass matches all braces, then take the last
+    # box that does close, which is what math-verify would also pick.
+    close_of = _closing_braces(text, boxes[0].start())
+    for box in reversed(boxes[:-1]):
+        content = _box_content(text, box.end(), close_of)
+        if content is not None:
+            return content
+    return None
+
+
+def has_boxed_answer(text: str) -> bool:
+    """Whether a response gives its final answer in a ``\\boxed{...}`` (or ``\\fbox``) that closes: the
+    format the library's prompts ask for, which LASER's official score requires (``batch.formatted``).
+
+    An ``Answer: ...`` line, which `extract_answer` also reads, is not the asked format. Non-strings give False.
+    """
+    return isinstance(text, str) and _boxed(text) is not None
+
+
 def extract_answer(text: str) -> str | None:
     """The final answer written in a model response.
 
@@ -127,20 +156,8 @@ def extract_answer(text: str) -> str | None:
     """
     if not isinstance(text, str):
         return None
-    boxes = list(_BOX_RE.finditer(text))
-    if boxes:
-        # Common case: the last box closes; scan forward from it only.
-        content = _box_content(text, boxes[-1].end(), None)
-        if content is not None:
-            return content
-        # The last box never closes (truncated output): one linear pass matches all braces, then take the last
-        # box that does close, which is what math-verify would also pick.
-        close_of = _closing_braces(text, boxes[0].start())
-        for box in reversed(boxes[:-1]):
-            content = _box_content(text, box.end(), close_of)
-            if content is not None:
-                return content
-        return None
+    if _BOX_RE.search(text):
+        return _boxed(text)
     return _answer_line(text)
 
 

@@ -2,6 +2,8 @@
 
 ``overlong_penalty``: DAPO's soft overlong punishment (Yu et al., arXiv 2503.14476, Eq. 13), a reward channel
 added to correctness (verl's ``dapo`` reward manager with ``overlong_buffer``).
+``stop_properly_scale``: ProRL's stop-properly penalty, a multiplier on the score of a response that did not end
+by itself (NVlabs/DLER ``verl-dler/verl/workers/reward_manager/dapo.py``, ``_apply_stop_properly_penalty``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,34 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["overlong_penalty"]
+__all__ = ["OVERLONG_BUFFER", "OVERLONG_FACTOR", "STOP_PROPERLY_COEF", "overlong_penalty", "stop_properly_scale"]
+
+
+#: DAPO's buffer L_cache and penalty factor (verl ``recipe/dapo`` scripts: ``overlong_buffer_len=$((1024 * 4))``,
+#: ``overlong_penalty_factor=1.0``; DLER's script sets the same before turning the buffer off).
+OVERLONG_BUFFER = 4096
+OVERLONG_FACTOR = 1.0
+#: The score multiplier of a truncated response (DLER's ``stop_properly_penalty.penalty_coef=0.1``, ProRL's).
+STOP_PROPERLY_COEF = 0.1
+
+
+def stop_properly_scale(truncated: Tensor, coef: float = STOP_PROPERLY_COEF) -> Tensor:
+    """Per-rollout multiplier of the score: 1 for a response that stopped by itself, ``coef`` for a truncated one.
+
+    The official code writes it as ``(1 - stop_properly) * coef + stop_properly`` over a float stop flag
+    (NVlabs/DLER@ea7d4f7b, ``verl-dler/verl/workers/reward_manager/dapo.py``); this is the same number per row.
+
+    Args:
+        truncated: BoolTensor [N], True where the engine cut the response at its cap.
+        coef: the truncated rows' multiplier, finite and >= 0 (official: 0.1).
+    Returns: float64 Tensor [N] of 1 and ``coef``.
+    """
+    if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not (math.isfinite(coef) and coef >= 0):
+        raise ValueError(f"stop_properly coef must be a finite number >= 0, got {coef!r}")
+    if truncated.dtype != torch.bool or truncated.dim() != 1:
+        raise ValueError(f"truncated must be a 1-D BoolTensor [N], got {truncated.dtype} {tuple(truncated.shape)}")
+    stop = (~truncated).to(torch.float64)
+    return (1.0 - stop) * coef + stop
 
 
 def overlong_penalty(

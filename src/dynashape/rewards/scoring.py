@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dynashape.rewards.answers import extract_answer
+from dynashape.rewards.answers import extract_answer, has_boxed_answer
 from dynashape.rewards.verifier import default_verifier
 
 __all__ = ["compute_score", "correctness_reward"]
@@ -48,17 +48,25 @@ def compute_score(
         **kwargs: extra keywords verl passes to reward functions (unused).
 
     Returns:
-        ``{"score": float, "acc": bool, "pred": str}`` with the same keys for every sample (verl turns them into
-        ``reward_extra_info``); ``pred`` is ``""`` when the response has no answer.
+        ``{"score": float, "acc": bool, "pred": str, "formatted": bool}`` with the same keys for every sample
+        (verl turns them into ``reward_extra_info``); ``pred`` is ``""`` when the response has no answer;
+        ``formatted`` says whether it answers in a closed ``\\boxed{}`` (LASER's official score reads it).
     """
     golds = _golds_of(ground_truth)
     verdicts = default_verifier().verify(golds, [solution_str] * len(golds))
     correct = any(verdict.correct for verdict in verdicts)
     pred = verdicts[0].pred
-    return {"score": 1.0 if correct else 0.0, "acc": correct, "pred": pred if pred is not None else ""}
+    formatted = bool(verdicts[0].formatted) if verdicts[0].formatted is not None else has_boxed_answer(solution_str)
+    return {
+        "score": 1.0 if correct else 0.0,
+        "acc": correct,
+        "pred": pred if pred is not None else "",
+        "formatted": formatted,
+    }
 
 
-def _completion_text(completion: Any, index: int) -> str:
+def completion_text(completion: Any, index: int) -> str:
+    """The text of TRL completion `index`: a string, or the last message of a chat (ValueError otherwise)."""
     if isinstance(completion, str):
         return completion
     # Conversational datasets: a list of {"role", "content"} messages; score the assistant's last message.
@@ -95,5 +103,5 @@ def correctness_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwa
         raise ValueError(f"correctness_reward needs an 'answer' or 'solution' dataset column, got {columns}")
     if len(golds) != len(completions):
         raise ValueError(f"got {len(golds)} gold answers for {len(completions)} completions")
-    texts = [_completion_text(completion, index) for index, completion in enumerate(completions)]
+    texts = [completion_text(completion, index) for index, completion in enumerate(completions)]
     return [1.0 if verdict.correct else 0.0 for verdict in default_verifier().verify(golds, texts)]

@@ -23,10 +23,17 @@ import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from enum import Enum
 
 from dynashape.rewards import _pool
-from dynashape.rewards.answers import braces_balanced, extract_answer, fast_equivalent, strip_delimiters
+from dynashape.rewards.answers import (
+    braces_balanced,
+    extract_answer,
+    fast_equivalent,
+    has_boxed_answer,
+    strip_delimiters,
+)
 
 __all__ = ["MathVerifier", "Reason", "Verdict", "VerifierConfig", "default_verifier", "verify_answer"]
 
@@ -51,11 +58,14 @@ class Verdict:
         reason: ``match`` iff correct; otherwise ``mismatch``, ``no_answer``, ``timeout`` (math-verify ran out
             of time or the worker was killed) or ``error`` (the gold answer could not be parsed, or a worker
             crashed).
+        formatted: the response gives its answer in a closed ``\\boxed{}`` (`answers.has_boxed_answer`), the
+            format the prompts ask for (LASER's official score reads it); None when a verifier does not say.
     """
 
     correct: bool
     pred: str | None
     reason: Reason
+    formatted: bool | None = dataclass_field(default=None, compare=False)  # a judgement beside the verdict, not of it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,7 +130,7 @@ class MathVerifier:
     Example:
         >>> with MathVerifier(timeout=2.0) as verifier:  # doctest: +SKIP
         ...     verifier.verify(["\\frac{1}{2}"], ["... so the answer is \\boxed{0.5}."])
-        [Verdict(correct=True, pred='0.5', reason=<Reason.MATCH: 'match'>)]
+        [Verdict(correct=True, pred='0.5', reason=<Reason.MATCH: 'match'>, formatted=True)]
     """
 
     def __init__(
@@ -171,11 +181,14 @@ class MathVerifier:
         # Pairs that reach math-verify, deduplicated: a GRPO group often repeats the same final answer.
         pending: dict[tuple[str, str], list[int]] = {}
         preds: list[str | None] = []
+        boxed: list[bool] = []
         for index, (gold, response) in enumerate(zip(golds, responses)):
-            pred = extract_answer(response[-cfg.max_chars :])
+            tail = response[-cfg.max_chars :]
+            pred = extract_answer(tail)
             preds.append(pred)
+            boxed.append(has_boxed_answer(tail))
             if not pred:
-                verdicts[index] = Verdict(correct=False, pred=pred, reason=Reason.NO_ANSWER)
+                verdicts[index] = Verdict(correct=False, pred=pred, reason=Reason.NO_ANSWER, formatted=boxed[index])
                 continue
             gold_answer = _gold_answer(gold)
             decided = fast_equivalent(gold_answer, pred) if cfg.fast_path else None
@@ -183,7 +196,7 @@ class MathVerifier:
                 decided = False  # an "Answer:" line with stray braces can't be a well-formed answer
             if decided is not None:
                 reason = Reason.MATCH if decided else Reason.MISMATCH
-                verdicts[index] = Verdict(correct=decided, pred=pred, reason=reason)
+                verdicts[index] = Verdict(correct=decided, pred=pred, reason=reason, formatted=boxed[index])
             else:
                 pending.setdefault((gold_answer, strip_delimiters(pred)), []).append(index)
         if pending:
@@ -191,7 +204,9 @@ class MathVerifier:
             for indices, future in zip(pending.values(), futures):
                 reason = Reason(future.result())
                 for index in indices:
-                    verdicts[index] = Verdict(correct=reason is Reason.MATCH, pred=preds[index], reason=reason)
+                    verdicts[index] = Verdict(
+                        correct=reason is Reason.MATCH, pred=preds[index], reason=reason, formatted=boxed[index]
+                    )
         return verdicts  # type: ignore[return-value]  # every slot is filled above
 
     def close(self) -> None:

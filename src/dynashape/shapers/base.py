@@ -32,6 +32,13 @@ class ShaperNeeds:
     budgets: bool = False
     """Reads ``budgets`` [N]: the token budget each rollout's prompt asked for (L1's n_gold); the engine passes
     it from the dataset (verl's extra info) or the trainer's prompt."""
+    truncated: bool = False
+    """Reads ``truncated`` [N]: whether each response was cut at the engine's length cap rather than ending by
+    itself (DLER's stop-properly penalty). Every adapter fills it (the reference trainer, verl, TRL); a shaper
+    that declares it refuses a batch without it, naming the field."""
+    formatted: bool = False
+    """Reads ``formatted`` [N]: whether each response gives its answer in the asked form (LASER's official base
+    score). The adapters fill it from their verifier; a shaper that declares it refuses a batch without it."""
     validation_accuracy: bool = False
     """Reads the last held-out validation accuracy (AALC): the caller hands it to the shaper with
     ``shaper.observe(validation_accuracy=a)`` after each evaluation."""
@@ -46,7 +53,16 @@ class ShaperNeeds:
     given, where its config accepts them: lead declares each column's range) or "required"."""
 
     def __post_init__(self) -> None:
-        flags = ("fingerprints", "prompt_keys", "budgets", "validation_accuracy", "monitor_rollouts", "drops_rows")
+        flags = (
+            "fingerprints",
+            "prompt_keys",
+            "budgets",
+            "truncated",
+            "formatted",
+            "validation_accuracy",
+            "monitor_rollouts",
+            "drops_rows",
+        )
         for name in flags:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")

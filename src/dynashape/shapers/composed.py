@@ -4,7 +4,9 @@ A named method is written as a recipe (`dynashape.shapers.recipe.recipe`): a fun
 config and which returns the chain; the decorator makes the `ComposedShaper` subclass. Subclass it by hand only
 for a shaper that needs more than a chain (its own `shape`).
 
-The chain is built once from the config (`reset`); its state is the tuple of the parts' states, advanced
+The chain is built once from the config (`reset`), with the engines' penalties given to the constructor
+(``penalties``: `Overlong`, `StopProperly`, from ``get_shaper(name, overlong=..., stop_properly=...)``) put right
+after its first part, on the method's reward channel. Its state is the tuple of the parts' states, advanced
 exactly once per call and only when the whole chain succeeded (a refused batch moves nothing). `state_dict`
 holds the stateful parts' plain-value states by their ``state_key``, under a version number.
 """
@@ -18,7 +20,8 @@ from typing import Any, ClassVar
 from dynashape.core.batch import RolloutBatch
 from dynashape.shapers._common import reject_rewards
 from dynashape.shapers.base import Shaped, Shaper
-from dynashape.shapers.parts.flow import Chain, Flow, start
+from dynashape.shapers.parts.flow import Chain, Flow, Part, start
+from dynashape.shapers.parts.penalties import with_penalties
 
 __all__ = ["ComposedShaper"]
 
@@ -28,12 +31,16 @@ class ComposedShaper(Shaper):
 
     state_version: ClassVar[int] = 1
 
+    def __init__(self, config: Any = None, *, penalties: tuple[Part, ...] = ()) -> None:
+        self.penalties = tuple(penalties)
+        super().__init__(config)
+
     @abstractmethod
     def chain(self) -> Chain:
         """The parts of this method, in order, from ``self.config``."""
 
     def reset(self) -> None:
-        self.chain_ = self.chain()
+        self.chain_ = with_penalties(self.chain(), self.penalties)
         self.state_ = self.chain_.init()
 
     def run(self, flow: Flow) -> Flow:

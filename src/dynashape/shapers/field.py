@@ -11,11 +11,12 @@ normalisation (Bessel std, eps 1e-6, 0 for a constant group or a group of one).
 | thinkprune | ScheduledCap, GroupNormalise |
 | laser | LaserBonus, GroupNormalise |
 | laser_d | LaserDBonus, GroupNormalise |
-| dler | CappedCorrect, BaselineWhiten |
+| dler | CappedCorrect, StopProperly(0.1), BaselineWhiten, CorrectBoost(0.1) |
 | alp | SolveRateLength, GroupNormalise |
 | adlp | Correctness, LengthPenalty, DualAscent, GroupNormalise |
 | aalc | AalcReward, Float32GroupNormalise (precision="float32", the default) or GroupNormalise |
-| saw | Correctness, RewardColumns, CVWeights, GroupNormalise or (DecoupledNormalise, BatchWhiten) |
+| saw | Correctness, RewardColumns (or GradedCorrectness), CVWeights, GroupNormalise or (DecoupledNormalise, |
+|     | BatchWhiten) |
 | gfpo | ScalarReward, KeepBest, GroupNormalise over the kept rows |
 """
 
@@ -39,22 +40,26 @@ from dynashape.shapers.parts import (
     BudgetDistance,
     CappedCorrect,
     Chain,
+    CorrectBoost,
     Correctness,
     CVWeights,
     DecoupledNormalise,
     DualAscent,
     Float32GroupNormalise,
+    GradedCorrectness,
     GroupNormalise,
     KeepBest,
     L1MaxScore,
     LaserBonus,
     LaserDBonus,
     LengthPenalty,
+    Part,
     RewardColumns,
     ScalarReward,
     ScheduledCap,
     SolveRateLength,
     StaticWeights,
+    StopProperly,
 )
 from dynashape.shapers.registry import register_shaper
 
@@ -116,25 +121,28 @@ class ThinkPruneShaper(ComposedShaper):
 
 @register_shaper("laser")
 class LaserShaper(ComposedShaper):
-    """LASER (arXiv 2505.15612; hkust-nlp/Laser `length_penalty.py`): r = c + alpha 1[correct and l <= L_T],
-    then GRPO."""
+    """LASER (arXiv 2505.15612; hkust-nlp/Laser@c9e7c4ef `length_penalty.py`, `hf_math_verifier.py`):
+    r = s + alpha 1[s = 1 and l <= L_T], s the official base score 1 correct / -0.5 wrong / -1 unformatted
+    (reads ``batch.formatted``; ``base="binary"`` for the paper's 0/1), then GRPO."""
 
     config_cls = LaserConfig
+    needs = ShaperNeeds(formatted=True)
 
     def chain(self) -> Chain:
         cfg = self.config
-        return Chain(LaserBonus(cfg.alpha, cfg.target_length), GroupNormalise(namespace=self.name))
+        return Chain(LaserBonus(cfg.alpha, cfg.target_length, cfg.base, self.name), GroupNormalise(namespace=self.name))
 
 
 @register_shaper("laser_d")
 class LaserDShaper(ComposedShaper):
-    """LASER-D: LASER's bonus with the target of the rollout's difficulty bucket (group accuracy >= 2/3,
-    >= 1/3, below), each bucket's target the smallest grid length that keeps the expected correct answers on
-    a monitor set; then GRPO. Hand it the monitor's rollouts with ``observe(monitor=batch)`` before the first
-    step and every ``refresh_every`` steps; until then every target is ``initial_target``."""
+    """LASER-D: LASER's bonus (on the official base score, as `laser`) with the target of the rollout's
+    difficulty bucket (share of the group scoring 1: >= 2/3, >= 1/3, below), each bucket's target the smallest
+    grid length that keeps the expected correct answers on a monitor set; then GRPO. Hand it the monitor's
+    rollouts with ``observe(monitor=batch)`` before the first step and every ``refresh_every`` steps; until then
+    every target is ``initial_target``."""
 
     config_cls = LaserDConfig
-    needs = ShaperNeeds(monitor_rollouts=True)
+    needs = ShaperNeeds(monitor_rollouts=True, formatted=True)
 
     def chain(self) -> Chain:
         return Chain(LaserDBonus(self.config, self.name), GroupNormalise(namespace=self.name))
@@ -142,14 +150,27 @@ class LaserDShaper(ComposedShaper):
 
 @register_shaper("dler")
 class DlerShaper(ComposedShaper):
-    """DLER (arXiv 2510.15110; NVlabs/DLER, verl-dler `core_algos.py`): r = 1[correct and l <= L];
-    A = batch-whitening of (r - group mean), verl's ``reinforce_plus_plus_baseline``."""
+    """DLER (arXiv 2510.15110; NVlabs/DLER@ea7d4f7b, verl-dler `core_algos.py` and the dapo reward manager):
+    r = 1[correct and l <= L], times 0.1 where the response was truncated (``batch.truncated``, the official
+    stop-properly penalty; ``stop_properly_coef=None`` for the paper's 0/1 reward); A = batch-whitening of
+    (r - group mean), verl's ``reinforce_plus_plus_baseline``, plus 0.1 for the responses scoring 1 before the
+    multiplier (the official run's advantage boost; ``correct_boost=0`` for none). Refuses a batch without
+    ``truncated``."""
 
     config_cls = DlerConfig
+    needs = ShaperNeeds(truncated=True)
 
     def chain(self) -> Chain:
         cfg = self.config
-        return Chain(CappedCorrect(cfg.max_length), BaselineWhiten(cfg.whiten, cfg.eps, self.name))
+        if any(isinstance(p, StopProperly) for p in self.penalties):
+            raise ValueError("dler applies its own stop-properly penalty: set stop_properly_coef, not stop_properly")
+        parts: list[Part] = [CappedCorrect(cfg.max_length)]
+        if cfg.stop_properly_coef is not None:
+            parts.append(StopProperly(cfg.stop_properly_coef, namespace=self.name))
+        parts.append(BaselineWhiten(cfg.whiten, cfg.eps, self.name))
+        if cfg.correct_boost:
+            parts.append(CorrectBoost(cfg.correct_boost, self.name))
+        return Chain(*parts)
 
 
 @register_shaper("alp")
@@ -200,7 +221,9 @@ class AalcShaper(ComposedShaper):
 @register_shaper("saw")
 class SawShaper(ComposedShaper):
     """SAW (arXiv 2606.07705; Zhaolutuan/SAW `ray_trainer.py`): channels correctness and the batch's reward
-    columns; w_k = K CV_k / (sum_j CV_j + eps) over the batch (correctness shifted by +3 for its CV).
+    columns, correctness the graded column ``rewards[:, correctness_column]`` in [-3, 3] (the official ToolRL
+    score) when set, else the 0/1 verdict; w_k = K CV_k / (sum_j CV_j + eps) over the batch (correctness shifted
+    by +3 for its CV).
     mode "grpo": GRPO on sum_k w_k r_k; "gdpo": sum_k w_k A_k of per-channel GRPO, then token-whitened."""
 
     config_cls = SawConfig
@@ -208,11 +231,11 @@ class SawShaper(ComposedShaper):
 
     def chain(self) -> Chain:
         cfg = self.config
-        head = (
-            Correctness(),
-            RewardColumns(self.name, required=False, metrics=False),
-            CVWeights(cfg.eps, cfg.correctness_offset, self.name),
-        )
+        if cfg.correctness_column is None:  # the documented fallback: channel 0 is the 0/1 verdict
+            channels: tuple[Part, ...] = (Correctness(), RewardColumns(self.name, required=False, metrics=False))
+        else:  # the official channel 0: ToolRL's graded correctness in [-3, 3]
+            channels = (GradedCorrectness(cfg.correctness_column, self.name),)
+        head = (*channels, CVWeights(cfg.eps, cfg.correctness_offset, self.name))
         # SAW's code sums the weighted channels as one matrix-vector product
         if cfg.mode == "grpo":
             return Chain(*head, GroupNormalise(eps=cfg.grpo_eps, namespace=self.name, order="matmul"))

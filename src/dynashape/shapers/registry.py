@@ -41,9 +41,23 @@ def _lookup(name: str) -> type[Shaper]:
 
 
 def get_shaper(name: str, **params: Any) -> Shaper:
-    """Build the shaper `name` from keyword parameters (unknown names raise TypeError, bad values ValueError)."""
+    """Build the shaper `name` from keyword parameters (unknown names raise TypeError, bad values ValueError).
+
+    Two keywords every shaper built from parts takes beside its config: ``overlong={"max_length": L,
+    "buffer": 4096, "factor": 1.0}`` (DAPO's soft overlong punishment) and ``stop_properly=0.1`` (the reward of a
+    truncated response times 0.1, ProRL's); both act on the method's reward channel (docs/field-methods.md).
+    """
+    from dynashape.shapers.composed import ComposedShaper
+    from dynashape.shapers.parts.penalties import PENALTY_KEYS, penalty_parts
+
     cls = _lookup(name)
-    return cls(cls.config_cls(**params))
+    given = {key: params.pop(key) for key in PENALTY_KEYS if key in params}
+    config = cls.config_cls(**params)
+    if not given:
+        return cls(config)
+    if not issubclass(cls, ComposedShaper):
+        raise ValueError(f"shaper {name!r} is not built from parts: it takes no {', '.join(sorted(given))}")
+    return cls(config, penalties=penalty_parts(**given))
 
 
 def config_class(name: str) -> type:

@@ -329,7 +329,7 @@ class TrainConfig:
         try:  # the shaper's own config checks every parameter now, not at the run's first step
             config_class(self.shaper)(**self.shaper_kwargs)
         except (TypeError, ValueError) as err:
-            raise ValueError(f"shaper_kwargs={dict(self.shaper_kwargs)!r} of shaper {self.shaper!r}: {err}") from None
+            raise ValueError(f"shaper_kwargs of {self.shaper!r}: {err}") from None
         if needs.fingerprints != (self.fingerprint_layers is not None):
             why = "reads fingerprints: set fingerprint_layers" if needs.fingerprints else "reads no fingerprints"
             raise ValueError(f"fingerprint_layers={self.fingerprint_layers}: shaper {self.shaper!r} {why}")

@@ -44,6 +44,19 @@ from dynashape.train.config import TrainConfig
 
 __all__ = ["FIELD_METHODS", "FIELD_SEEDS", "L1_EVAL_BUDGETS", "field_table", "scaled_length"]
 
+#: The forms the committed field comparison (docs/results-field.md) trained, pinned so that its runs replay: the
+#: 0/1 base score for LASER and LASER-D, DLER without the stop-properly multiplier and the advantage boost, and
+#: AALC's reward in float64 (its official float32 arithmetic is now the default). GFPO's kept set under ties is
+#: torch.topk's now and has no switch back: its committed rows kept the earlier row of a tie.
+#: The shapers' defaults now follow the official code (docs/field-methods.md); a comparison of those forms is a new
+#: study, not a replay of this one.
+_AS_COMPARED: dict[str, dict[str, Any]] = {
+    "laser": {"base": "binary"},
+    "laser_d": {"base": "binary"},
+    "dler": {"stop_properly_coef": None, "correct_boost": 0.0},
+    "aalc": {"precision": "float64"},
+}
+
 FIELD_METHODS: tuple[str, ...] = (
     "l1_exact", "l1_max", "thinkprune", "laser", "laser_d", "dler", "alp", "adlp", "aalc", "saw", "gfpo",
 )  # fmt: skip
@@ -96,7 +109,10 @@ def field_table(budget: int, steps: int | None = None) -> dict[str, dict[str, An
                 ),
             },
         },
-        "laser": {"shaper": "laser", "shaper_kwargs": {"alpha": 0.5, "target_length": scaled_length(4096, 16384, b)}},
+        "laser": {
+            "shaper": "laser",
+            "shaper_kwargs": {"alpha": 0.5, "target_length": scaled_length(4096, 16384, b), **_AS_COMPARED["laser"]},
+        },
         "laser_d": {
             "shaper": "laser_d",
             "shaper_kwargs": {
@@ -105,11 +121,12 @@ def field_table(budget: int, steps: int | None = None) -> dict[str, dict[str, An
                 "grid": tuple(grid),
                 "refresh_every": 20,
                 "n_rollout": 8,
+                **_AS_COMPARED["laser_d"],
             },
         },
         "dler": {
             "shaper": "dler",
-            "shaper_kwargs": {"max_length": scaled_length(4000, 4000, b)},
+            "shaper_kwargs": {"max_length": scaled_length(4000, 4000, b), **_AS_COMPARED["dler"]},
             "dynamic_sampling": True,
         },
         "alp": {"shaper": "alp", "shaper_kwargs": {"beta": 1e-7 * 16384 / b}},
@@ -119,7 +136,13 @@ def field_table(budget: int, steps: int | None = None) -> dict[str, dict[str, An
         },
         "aalc": {
             "shaper": "aalc",
-            "shaper_kwargs": {"l_max": scaled_length(1024, 3072, b), "beta": 128, "c": 1e-6, "a_target": 1.0},
+            "shaper_kwargs": {
+                "l_max": scaled_length(1024, 3072, b),
+                "beta": 128,
+                "c": 1e-6,
+                "a_target": 1.0,
+                **_AS_COMPARED["aalc"],
+            },
             "validation_every": 10,
         },
         "saw": {

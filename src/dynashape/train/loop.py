@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from dynashape.losses.registry import LossInputs, get_loss
+from dynashape.rewards.answers import has_boxed_answer
 from dynashape.runtime.prompts import encode_questions
 from dynashape.runtime.sampler import (
     Rollouts,
@@ -112,6 +113,7 @@ class _Collected:
     correct: torch.Tensor
     rounds: int
     sampled: dict[str, Any]  # every sampled rollout (kept or not), for honest accuracy / length metrics
+    formatted: torch.Tensor | None = None  # [N] the kept rollouts' answers in the asked format (LASER's score)
 
 
 class Trainer:
@@ -206,12 +208,19 @@ class Trainer:
             generator=self.generator,
         )
 
-    def _verify(self, rollouts: Rollouts, problems: list[Problem]) -> torch.Tensor:
+    def _verify(self, rollouts: Rollouts, problems: list[Problem]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Bool [N] verdicts and Bool [N] formatted (the verdict's own ``formatted`` where it gives one, else a
+        closed boxed answer in the text, `dynashape.rewards.answers.has_boxed_answer`)."""
         texts = self.tokenizer.batch_decode(rollouts.response_ids, skip_special_tokens=True)
         verdicts = self.verifier.verify([p.answer for p in problems], texts)
         correct = torch.tensor([bool(v.correct) for v in verdicts], dtype=torch.bool)
+        said = [getattr(v, "formatted", None) for v in verdicts]
+        formatted = torch.tensor(
+            [bool(f) if f is not None else has_boxed_answer(t) for f, t in zip(said, texts, strict=True)],
+            dtype=torch.bool,
+        )
         # A truncated rollout has no final answer the trainer trusts (the budget binds: over budget = wrong).
-        return correct & ~rollouts.truncated.cpu()
+        return correct & ~rollouts.truncated.cpu(), formatted
 
     def _held_out(self, n: int, purpose: int) -> Any:
         """``n`` samples of every validation problem at the training temperature and cap, from a generator of
@@ -260,7 +269,7 @@ class Trainer:
     def _collect(self, timings: dict[str, float]) -> _Collected:
         """Sample groups; under dynamic sampling keep only mixed groups, refilling for a few rounds."""
         cfg, g = self.cfg, self.cfg.group_size
-        kept: list[tuple[Rollouts, list[Problem], torch.Tensor]] = []
+        kept: list[tuple[Rollouts, list[Problem], torch.Tensor, torch.Tensor]] = []
         sampled: dict[str, Any] = {"problems": [], "correct": [], "lengths": [], "truncated": []}
         n_groups, rounds = 0, 0
         while n_groups < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
@@ -270,7 +279,7 @@ class Trainer:
             rollouts = self._generate(prompts)
             t1 = time.perf_counter()
             per_rollout = [p for p in prompts for _ in range(g)]
-            correct = self._verify(rollouts, per_rollout)
+            correct, formatted = self._verify(rollouts, per_rollout)
             timings["sample"] += t1 - t0
             timings["verify"] += time.perf_counter() - t1
             sampled["problems"] += per_rollout
@@ -289,6 +298,7 @@ class Trainer:
                         rollouts.select(rows.to(rollouts.lengths.device)),
                         [per_rollout[int(i)] for i in rows],
                         correct[rows],
+                        formatted[rows],
                     )
                 )
                 n_groups += len(keep_groups)
@@ -303,7 +313,8 @@ class Trainer:
         merged = concat_rollouts([k[0] for k in kept], self.tokenizer.pad_token_id)
         problems = [p for k in kept for p in k[1]]
         group_ids = torch.arange(n_groups).repeat_interleave(g)
-        return _Collected(merged, problems, group_ids, torch.cat([k[2] for k in kept]), rounds, sampled)
+        correct_kept, formatted_kept = torch.cat([k[2] for k in kept]), torch.cat([k[3] for k in kept])
+        return _Collected(merged, problems, group_ids, correct_kept, rounds, sampled, formatted_kept)
 
     def _budgets(self, problems: list[Problem]) -> torch.Tensor | None:
         """LongTensor [N] of the budgets the rollouts' prompts name, for a shaper that reads them (L1)."""
@@ -446,6 +457,8 @@ class Trainer:
                 prompt_keys=[p.key for p in col.problems],
                 fingerprints=None if fingerprints is None else fingerprints.cpu(),
                 budgets=self._budgets(col.problems),
+                truncated=rollouts.truncated.cpu(),  # the cap reached without EOS (DLER, stop_properly)
+                formatted=col.formatted,
             )
             shaped = self.shaper(batch)
             metrics.update(shaped.metrics)

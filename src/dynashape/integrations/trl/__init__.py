@@ -79,6 +79,8 @@ from dynashape.integrations.trl.signals import (
 from dynashape.integrations.trl.state import STATE_FILE, ShaperStateCallback, load_shaper_state
 from dynashape.meds.capture import OFFICIAL_FINGERPRINT_LAYERS, FingerprintCapture
 from dynashape.meds.positions import answer_positions, answer_targets
+from dynashape.rewards.answers import has_boxed_answer
+from dynashape.rewards.scoring import completion_text
 from dynashape.shapers import Shaped, Shaper
 
 __all__ = [
@@ -187,7 +189,15 @@ class ShapedGRPOTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._ds_rewards = rewards
-        self._ds_local = {"prompts": list(prompts), "lengths": [len(ids) for ids in completion_ids_list]}
+        # TRL's own test of a cut completion (its clipped_ratio metric): the last token is neither EOS nor pad
+        stops = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        self._ds_local = {
+            "prompts": list(prompts),
+            "lengths": [len(ids) for ids in completion_ids_list],
+            "truncated": [bool(len(ids)) and int(ids[-1]) not in stops for ids in completion_ids_list],
+        }
+        if self.shaper.needs.formatted:  # LASER's official score: a closed boxed answer in the completion's text
+            self._ds_local["formatted"] = [has_boxed_answer(completion_text(c, i)) for i, c in enumerate(completions)]
         if self.budget_column is not None and self.model.training:
             # inputs[i] is the dataset row of completion i (TRL repeats each row num_generations times).
             self._ds_local["budgets"] = [budget_of(row, self.budget_column) for row in inputs]
@@ -366,6 +376,11 @@ class ShapedGRPOTrainer(GRPOTrainer):
             keys = [prompt_key_of(p) for p in gather_object(self._ds_local["prompts"])]
         if self.fingerprints:
             prints = gather(self._ds_fingerprints.to(device).float())
+        flags = {  # truncated: no EOS in the completion; formatted: a closed boxed answer in its text
+            name: gather(torch.tensor(self._ds_local[name], dtype=torch.bool, device=device))
+            for name in ("truncated", "formatted")
+            if name in self._ds_local
+        }
         batch = RolloutBatch(
             group_ids=basics.group_ids,
             correct=basics.correct,
@@ -374,6 +389,7 @@ class ShapedGRPOTrainer(GRPOTrainer):
             prompt_keys=keys,
             fingerprints=prints,
             budgets=budgets,
+            **flags,
         )
         with torch.no_grad():
             shaped = self.shaper(batch)

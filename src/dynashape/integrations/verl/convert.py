@@ -22,9 +22,11 @@ __all__ = [
     "check_shapes",
     "content_order",
     "correct_from_acc",
+    "flags_from_info",
     "group_ids_from_index",
     "reordered",
     "rollout_batch_from_verl",
+    "truncated_from_lengths",
 ]
 
 
@@ -108,6 +110,8 @@ def batch_from_rows(
     prompt_keys: Sequence[str] | None = None,
     fingerprints: torch.Tensor | None = None,
     budgets: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
+    formatted: torch.Tensor | None = None,
 ) -> RolloutBatch:
     """A RolloutBatch from per-row vectors (what :func:`rollout_batch_from_verl` reduces the [bs, T] inputs to).
 
@@ -125,6 +129,8 @@ def batch_from_rows(
         prompt_keys: Optional [bs] stable prompt ids (MEDS memory).
         fingerprints: Optional float [bs, D], NaN rows where absent (MEDS).
         budgets: Optional LongTensor [bs], each row's token budget (L1).
+        truncated: Optional Bool [bs], the rows verl cut at max_response_length (DLER, stop_properly).
+        formatted: Optional Bool [bs], the rows whose answer is in the asked format (LASER's score).
     """
     bs = score.shape[0]
     if len(index) != bs:
@@ -138,6 +144,10 @@ def batch_from_rows(
         fingerprints = fingerprints.to(device)
     if budgets is not None:
         budgets = budgets.to(device)
+    flags = {
+        name: None if value is None else value.to(device=device, dtype=torch.bool)
+        for name, value in (("truncated", truncated), ("formatted", formatted))
+    }
     if rows is not None:
         rows_np = rows.cpu().numpy()
         score, correct, lengths = score[rows], correct[rows], lengths[rows]
@@ -145,6 +155,7 @@ def batch_from_rows(
         prompt_keys = None if prompt_keys is None else np.asarray(prompt_keys, dtype=object)[rows_np].tolist()
         fingerprints = None if fingerprints is None else fingerprints[rows]
         budgets = None if budgets is None else budgets[rows]
+        flags = {name: None if value is None else value[rows] for name, value in flags.items()}
     residual = (score.to(torch.float32) - correct.to(torch.float32))[:, None] if residual_reward else None
     return RolloutBatch(
         group_ids=group_ids_from_index(index, device),
@@ -154,6 +165,7 @@ def batch_from_rows(
         prompt_keys=None if prompt_keys is None else [str(k) for k in prompt_keys],
         fingerprints=fingerprints,
         budgets=budgets,
+        **flags,
     )
 
 
@@ -169,6 +181,8 @@ def reordered(batch: RolloutBatch, order: torch.Tensor | np.ndarray) -> RolloutB
         prompt_keys=None if keys is None else keys.tolist(),
         fingerprints=None if batch.fingerprints is None else batch.fingerprints[order_t],
         budgets=None if batch.budgets is None else batch.budgets[order_t],
+        truncated=None if batch.truncated is None else batch.truncated[order_t],
+        formatted=None if batch.formatted is None else batch.formatted[order_t],
     )
 
 
@@ -212,6 +226,29 @@ def broadcast_advantages(advantages: torch.Tensor, response_mask: torch.Tensor) 
     if response_mask.is_floating_point() and response_mask.dtype != torch.float32:
         response_mask = response_mask.to(torch.float32)
     return response_mask * advantages
+
+
+def truncated_from_lengths(lengths: torch.Tensor, max_response_length: int) -> torch.Tensor:
+    """Bool [bs]: the rows that reached ``max_response_length`` tokens, which verl's rollout stops at.
+
+    verl 0.9.1 does not pass the rollout's finish reason on (its vLLM server reports "stop" and "length" both as
+    "completed", ``vllm_async_server.py``), so the length is what says a response was cut. A response whose EOS
+    falls exactly on the last allowed token counts as cut too: verl keeps no record that tells the two apart.
+    """
+    if isinstance(max_response_length, bool) or not isinstance(max_response_length, int) or max_response_length < 1:
+        raise ValueError(f"max_response_length must be an integer >= 1, got {max_response_length!r}")
+    return lengths.long() >= max_response_length
+
+
+def flags_from_info(values: Sequence[Any] | np.ndarray | None, key: str) -> torch.Tensor | None:
+    """A reward function's per-row boolean extra (``reward_extra_info[key]``, e.g. ``formatted``) -> Bool [bs]
+    (CPU), or None unless every row has a bool or a 0/1 number."""
+    if values is None:
+        return None
+    rows = list(values)
+    if not rows or any(v is None or isinstance(v, str) or not np.isscalar(v) or v not in (0, 1) for v in rows):
+        return None
+    return torch.tensor([bool(v) for v in rows], dtype=torch.bool)
 
 
 def correct_from_acc(values: Sequence[Any] | np.ndarray | None) -> torch.Tensor | None:

@@ -127,6 +127,9 @@ class EstimatorExtras:
         correct: Bool [bs] verifier verdicts (overrides the threshold on the summed reward), or None.
         padding: Bool [bs], True for verl's synthetic padding rows (``is_padding`` tags), or None.
         budgets: Long [bs], each row's token budget read from the dataset (L1), or None.
+        truncated: Bool [bs], the rows verl cut at max_response_length (DLER, ``stop_properly``), or None.
+        formatted: Bool [bs], the rows whose answer is in the asked format (``reward_extra_info["formatted"]``,
+            LASER's official score), or None.
         drops_rows: True when the caller leaves the rows a filter drops (``Shaped.keep``, GFPO) out of the loss,
             reading them from ``dropped_rows(name)`` after the call (the dynashape trainer mode does).
     """
@@ -136,6 +139,8 @@ class EstimatorExtras:
     correct: torch.Tensor | None = None
     padding: torch.Tensor | None = None
     budgets: torch.Tensor | None = None
+    truncated: torch.Tensor | None = None
+    formatted: torch.Tensor | None = None
     drops_rows: bool = False
 
 
@@ -210,7 +215,14 @@ def _check_extras(extras: EstimatorExtras, bs: int) -> None:
     for field, value in (("prompt_keys", extras.prompt_keys), ("fingerprints", extras.fingerprints)):
         if value is not None and len(value) != bs:
             raise ValueError(f"extras.{field}: has {len(value)} rows but the estimator got {bs}")
-    for field, value in (("correct", extras.correct), ("padding", extras.padding), ("budgets", extras.budgets)):
+    vectors = (
+        ("correct", extras.correct),
+        ("padding", extras.padding),
+        ("budgets", extras.budgets),
+        ("truncated", extras.truncated),
+        ("formatted", extras.formatted),
+    )
+    for field, value in vectors:
         if value is not None and tuple(value.shape) != (bs,):
             raise ValueError(f"extras.{field}: expected shape ({bs},), got {tuple(value.shape)}")
 
@@ -244,6 +256,37 @@ def _verdict(name: str, settings: EstimatorSettings, extras: EstimatorExtras, co
     return correct
 
 
+def _check_needs(name: str, settings: EstimatorSettings, extras: EstimatorExtras) -> None:
+    """Refuse a call without what the shaper declares it reads (``Shaper.needs``), naming it and the fix."""
+    if trainer_extras(name) and extras.prompt_keys is None:
+        raise ValueError(
+            f"the '{name}' advantage estimator needs {trainer_extras(name)}, which verl only passes "
+            "through the dynashape trainer: set trainer.use_v1=true trainer.v1.trainer_mode=dynashape"
+        )
+    needs = shaper_needs(name)
+    if needs.budgets and extras.budgets is None:
+        raise ValueError(
+            f"the '{name}' advantage estimator reads each prompt's token budget "
+            f"(algorithm.{name}.budget_key={settings.budget_key}), which verl passes only through the "
+            "dynashape trainer (trainer.use_v1=true trainer.v1.trainer_mode=dynashape) or its legacy trainer"
+        )
+    for field, needed, where in (
+        ("truncated", needs.truncated, "its max_response_length"),
+        ("formatted", needs.formatted, "the reward function's 'formatted', which dynashape's compute_score returns"),
+    ):
+        if needed and getattr(extras, field) is None:
+            raise ValueError(
+                f"the '{name}' advantage estimator reads {field} [bs] ({where}), which verl passes only through "
+                "the dynashape trainer (trainer.use_v1=true trainer.v1.trainer_mode=dynashape) or its legacy trainer"
+            )
+    if needs.drops_rows and not extras.drops_rows:
+        raise ValueError(
+            f"the '{name}' advantage estimator drops rows from the loss, which only the dynashape trainer does "
+            "(a zero advantage would still count their tokens): set trainer.use_v1=true "
+            "trainer.v1.trainer_mode=dynashape"
+        )
+
+
 def estimate(
     name: str,
     token_level_rewards: torch.Tensor,
@@ -265,24 +308,7 @@ def estimate(
     extras = _PENDING_EXTRAS[-1] if _PENDING_EXTRAS else EstimatorExtras()
     bs = token_level_rewards.shape[0]
     _check_extras(extras, bs)
-    if trainer_extras(name) and extras.prompt_keys is None:
-        raise ValueError(
-            f"the '{name}' advantage estimator needs {trainer_extras(name)}, which verl only passes "
-            "through the dynashape trainer: set trainer.use_v1=true trainer.v1.trainer_mode=dynashape"
-        )
-    needs = shaper_needs(name)
-    if needs.budgets and extras.budgets is None:
-        raise ValueError(
-            f"the '{name}' advantage estimator reads each prompt's token budget "
-            f"(algorithm.{name}.budget_key={session.settings.budget_key}), which verl passes only through the "
-            "dynashape trainer (trainer.use_v1=true trainer.v1.trainer_mode=dynashape) or its legacy trainer"
-        )
-    if needs.drops_rows and not extras.drops_rows:
-        raise ValueError(
-            f"the '{name}' advantage estimator drops rows from the loss, which only the dynashape trainer does "
-            "(a zero advantage would still count their tokens): set trainer.use_v1=true "
-            "trainer.v1.trainer_mode=dynashape"
-        )
+    _check_needs(name, session.settings, extras)
     if len(index) != bs:
         raise ValueError(f"index: has {len(index)} uids but token_level_rewards has {bs} rows")
     correct = _verdict(name, session.settings, extras, config)
@@ -312,7 +338,9 @@ def estimate(
             residual_reward=session.settings.residual_reward,
             prompt_keys=extras.prompt_keys,
             fingerprints=extras.fingerprints,
-            budgets=extras.budgets if needs.budgets else None,
+            budgets=extras.budgets if shaper_needs(name).budgets else None,
+            truncated=extras.truncated,
+            formatted=extras.formatted,
         )
         if batch.prompt_keys is not None and shaper_needs(name).prompt_keys:
             # A memory keyed by prompt (MEDS) stores rows in the order it is given them, and that order decides

@@ -36,9 +36,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
+import torch
 
 from dynashape.integrations.verl.checks import check_config
-from dynashape.integrations.verl.convert import budgets_from_non_tensor
+from dynashape.integrations.verl.convert import budgets_from_non_tensor, flags_from_info, truncated_from_lengths
 from dynashape.integrations.verl.estimators import (
     EstimatorExtras,
     correct_from_acc,
@@ -301,6 +302,16 @@ def patch_advantage_metrics(cls: type) -> None:
     cls._compute_advantage = _compute_advantage
 
 
+def legacy_truncated(tensors: Any) -> torch.Tensor | None:
+    """Bool [bs] of the rows the legacy trainer's rollout cut: verl's legacy ``DataProto`` pads ``responses`` to
+    the rollout's ``response_length``, so a row whose response mask fills that width reached the cap. None when
+    the batch lacks ``responses`` or ``response_mask``."""
+    if tensors is None or "responses" not in tensors.keys() or "response_mask" not in tensors.keys():
+        return None
+    cap = int(tensors["responses"].shape[-1])
+    return truncated_from_lengths(tensors["response_mask"].sum(-1).cpu(), cap) if cap > 0 else None
+
+
 def patch_compute_advantage(module: Any) -> None:
     """Wrap ``module.compute_advantage`` (verl's legacy ``ray_trainer``) so that, when no trainer mode has handed
     extras over already, ``non_tensor_batch['acc']`` becomes the verdict of our estimators and, for a shaper that
@@ -320,8 +331,11 @@ def patch_compute_advantage(module: Any) -> None:
                 config = kwargs.get("config", args[5] if len(args) > 5 else None)
                 key = session_for(estimator, config).settings.budget_key
                 budgets = budgets_from_non_tensor(non_tensor, key)
-            if correct is not None or budgets is not None:
-                with provide_extras(EstimatorExtras(correct=correct, budgets=budgets)):
+            formatted = flags_from_info(non_tensor.get("formatted"), "formatted")
+            truncated = legacy_truncated(getattr(data, "batch", None))
+            if any(v is not None for v in (correct, budgets, formatted, truncated)):
+                extras = EstimatorExtras(correct=correct, budgets=budgets, truncated=truncated, formatted=formatted)
+                with provide_extras(extras):
                     return original(data, *args, **kwargs)
         return original(data, *args, **kwargs)
 

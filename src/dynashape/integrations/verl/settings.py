@@ -16,6 +16,7 @@ import numpy as np
 from dynashape.integrations.verl.convert import DEFAULT_BUDGET_KEY
 from dynashape.meds.capture import OFFICIAL_FINGERPRINT_LAYERS
 from dynashape.shapers import Shaper, config_class, get_shaper, shaper_needs
+from dynashape.shapers.parts.penalties import PENALTY_KEYS
 
 __all__ = [
     "ADAPTER_KEYS",
@@ -175,10 +176,16 @@ def parse_settings(name: str, config: Any) -> EstimatorSettings:
         name, section, "validation_metric", FIRST_VALIDATION_METRIC, needs.validation_accuracy, "validation accuracy"
     )
     cls = config_class(name)
+    penalties = {key: section.pop(key) for key in PENALTY_KEYS if key in section}
+    if penalties:  # the engines' penalties (overlong, stop_properly), checked as get_shaper builds them
+        try:
+            get_shaper(name, **penalties)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"algorithm.{name}: invalid penalty {penalties}: {err}") from err
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(section) - fields)
     if unknown:
-        allowed = ", ".join(sorted(fields | set(ADAPTER_KEYS)))
+        allowed = ", ".join(sorted(fields | set(ADAPTER_KEYS) | set(PENALTY_KEYS)))
         raise ValueError(
             f"algorithm.{name}.{unknown[0]}: not a parameter of the '{name}' advantage estimator; "
             f"allowed keys under algorithm.{name}: {allowed}"
@@ -189,7 +196,7 @@ def parse_settings(name: str, config: Any) -> EstimatorSettings:
         raise ValueError(f"algorithm.{name}: invalid parameters {section}: {err}") from err
     return EstimatorSettings(
         name=name,
-        shaper_params=tuple(sorted(section.items())),
+        shaper_params=tuple(sorted({**section, **penalties}.items())),
         state_dir=state_dir,
         fresh_state=fresh_state,
         verdict=verdict,

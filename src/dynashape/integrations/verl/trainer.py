@@ -44,7 +44,12 @@ import torch
 from dynashape.core.batch import RolloutBatch
 from dynashape.integrations._prompts import prompt_key_of, prompt_text
 from dynashape.integrations.verl.checks import check_config
-from dynashape.integrations.verl.convert import budgets_from_non_tensor, group_ids_from_index
+from dynashape.integrations.verl.convert import (
+    budgets_from_non_tensor,
+    flags_from_info,
+    group_ids_from_index,
+    truncated_from_lengths,
+)
 from dynashape.integrations.verl.estimators import (
     EstimatorExtras,
     correct_from_acc,
@@ -65,6 +70,7 @@ from dynashape.shapers import shaper_needs
 __all__ = [
     "extras_from_fields",
     "masked_rows",
+    "max_response_length",
     "monitor_from_fields",
     "padding_from_tags",
     "prompt_text",
@@ -91,6 +97,7 @@ def extras_from_fields(
     fingerprints: torch.Tensor | None,
     padding: torch.Tensor | None = None,
     budgets: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
 ) -> EstimatorExtras:
     """Per-sample extras from TransferQueue fields (pure, testable without verl).
 
@@ -100,29 +107,54 @@ def extras_from_fields(
         fingerprints: float [bs, D] with NaN rows, or None.
         padding: Bool [bs] verl's padding rows (their copied ``acc`` and prompt do not count), or None.
         budgets: Long [bs] each row's token budget (``convert.budgets_from_non_tensor``), or None.
+        truncated: Bool [bs] the rows cut at max_response_length (``convert.truncated_from_lengths``), or None.
 
     Returns:
-        EstimatorExtras; ``correct`` is set only when every real row carries ``acc`` (padding rows get False).
+        EstimatorExtras; ``correct`` is set only when every real row carries ``acc`` (padding rows get False),
+        ``formatted`` only when every real row carries ``formatted`` (dynashape's compute_score returns it).
     """
     keys = None if raw_prompts is None else [prompt_key_of(p) for p in raw_prompts]
-    correct = None
+    correct, formatted = None, None
     if extra_fields is not None:
-        verdicts = _acc_of(extra_fields)
+        verdicts, formats = _info_of(extra_fields, "acc"), _info_of(extra_fields, "formatted")
         if padding is not None:  # padding rows are dropped by the estimator: any placeholder verdict will do
-            verdicts = [False if pad else v for v, pad in zip(verdicts, padding.tolist(), strict=True)]
+            pads = padding.tolist()
+            verdicts = [False if pad else v for v, pad in zip(verdicts, pads, strict=True)]
+            formats = [False if pad else f for f, pad in zip(formats, pads, strict=True)]
         correct = correct_from_acc(np.array(verdicts, dtype=object)) if verdicts else None
+        formatted = flags_from_info(formats, "formatted")
     return EstimatorExtras(
-        prompt_keys=keys, fingerprints=fingerprints, correct=correct, padding=padding, budgets=budgets, drops_rows=True
+        prompt_keys=keys,
+        fingerprints=fingerprints,
+        correct=correct,
+        padding=padding,
+        budgets=budgets,
+        truncated=truncated,
+        formatted=formatted,
+        drops_rows=True,
     )
 
 
-def _acc_of(extra_fields: Sequence[Any]) -> list[Any]:
-    """Each row's ``reward_extra_info["acc"]`` (None where a row has none)."""
-    verdicts = []
+def _info_of(extra_fields: Sequence[Any], key: str) -> list[Any]:
+    """Each row's ``reward_extra_info[key]`` (None where a row has none)."""
+    values = []
     for field in extra_fields:
         info = field.get("reward_extra_info", {}) if isinstance(field, dict) else {}
-        verdicts.append(info.get("acc") if isinstance(info, dict) else None)
-    return verdicts
+        values.append(info.get(key) if isinstance(info, dict) else None)
+    return values
+
+
+def max_response_length(config: Any) -> int | None:
+    """verl's response cap: ``actor_rollout_ref.rollout.response_length``, else ``data.max_response_length``."""
+    for path in (("actor_rollout_ref", "rollout", "response_length"), ("data", "max_response_length")):
+        node = config
+        for key in path:
+            node = node.get(key, None) if hasattr(node, "get") else getattr(node, key, None)
+            if node is None:
+                break
+        if node is not None:
+            return int(node)
+    return None
 
 
 def monitor_from_fields(
@@ -144,7 +176,7 @@ def monitor_from_fields(
     """
     correct = None
     if extra_fields is not None:
-        verdicts = _acc_of(extra_fields)
+        verdicts = _info_of(extra_fields, "acc")
         correct = correct_from_acc(np.array(verdicts, dtype=object)) if verdicts else None
     return RolloutBatch(
         group_ids=group_ids_from_index(np.array([str(u) for u in uids], dtype=object)),
@@ -231,7 +263,8 @@ def _trainer_class() -> type:
             name, needs = self.dynashape_estimator, shaper_needs(self.dynashape_estimator)
             budget_key = self.dynashape_session.settings.budget_key
             column = budget_key.split(".")[0]  # the dataset field holding the budgets (L1)
-            fields = ["raw_prompt", "extra_fields"] + ([FINGERPRINT_FIELD] if self._dynashape_meds else [])
+            fields = ["raw_prompt", "extra_fields", "response_mask"]
+            fields += [FINGERPRINT_FIELD] if self._dynashape_meds else []
             if needs.budgets:
                 fields.append(column)
             data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
@@ -247,8 +280,13 @@ def _trainer_class() -> type:
                     {column: _values(data, column)} if column in data.keys() else {}, budget_key
                 )
             padding = padding_from_tags(getattr(batch, "tags", None))
+            cap = max_response_length(self.config)
+            truncated = None
+            if cap is not None:  # DLER's and stop_properly's input: the rows verl's rollout cut at its cap
+                lengths = torch.stack([row.sum() for row in _rows(data["response_mask"])]).cpu()
+                truncated = truncated_from_lengths(lengths, cap)
             extras = extras_from_fields(
-                list(data["raw_prompt"]), list(data["extra_fields"]), fingerprints, padding, budgets
+                list(data["raw_prompt"]), list(data["extra_fields"]), fingerprints, padding, budgets, truncated
             )
             with provide_extras(extras):  # verl's own _compute_advantage adds the shaper's metrics (hooks.py)
                 result = super()._compute_advantage(batch, metrics)

@@ -22,6 +22,7 @@ from dynashape.shapers.parts.channels import (
     Correctness,
     DistanceToShortest,
     EfficiencyMetrics,
+    GradedCorrectness,
     LeadEfficiency,
     LengthWithin,
     RewardColumns,
@@ -31,6 +32,7 @@ from dynashape.shapers.parts.field_channels import (
     AalcReward,
     BudgetDistance,
     CappedCorrect,
+    CorrectBoost,
     L1MaxScore,
     LaserBonus,
     LaserDBonus,
@@ -49,9 +51,11 @@ from dynashape.shapers.parts.normalise import (
     GroupNormalise,
     weighted_sum,
 )
+from dynashape.shapers.parts.penalties import PENALTY_KEYS, Overlong, StopProperly, penalty_parts, with_penalties
 from dynashape.shapers.parts.weights import CVWeights, DualAscent, PSIWeights, StaticWeights
 
 __all__ = [
+    "PENALTY_KEYS",
     "AalcReward",
     "AdvantageAbsMean",
     "BaselineWhiten",
@@ -60,6 +64,7 @@ __all__ = [
     "CVWeights",
     "CappedCorrect",
     "Chain",
+    "CorrectBoost",
     "Correctness",
     "DecoupledNormalise",
     "DistanceToShortest",
@@ -67,6 +72,7 @@ __all__ = [
     "EfficiencyMetrics",
     "Float32GroupNormalise",
     "Flow",
+    "GradedCorrectness",
     "GroupNormalise",
     "KeepBest",
     "L1MaxScore",
@@ -75,6 +81,7 @@ __all__ = [
     "LeadEfficiency",
     "LengthPenalty",
     "LengthWithin",
+    "Overlong",
     "PSIWeights",
     "Part",
     "RewardColumns",
@@ -83,6 +90,9 @@ __all__ = [
     "SolveRateLength",
     "Stateless",
     "StaticWeights",
+    "StopProperly",
+    "penalty_parts",
     "start",
     "weighted_sum",
+    "with_penalties",
 ]

@@ -19,6 +19,7 @@ __all__ = [
     "Correctness",
     "DistanceToShortest",
     "EfficiencyMetrics",
+    "GradedCorrectness",
     "LeadEfficiency",
     "LengthWithin",
     "RewardColumns",
@@ -86,6 +87,31 @@ class RewardColumns(Stateless):
             k = cols.shape[1]
             names = [f"reward_mean_{j}" for j in range(k)]
             flow = flow.but(metrics=metrics_dict(self.namespace, names, list(cols.mean(0).unbind())))
+        return flow, None
+
+
+@dataclass(frozen=True)
+class GradedCorrectness(Stateless):
+    """SAW's official channel 0: a graded correctness column of ``batch.rewards`` in [-3, 3] (ToolRL's score,
+    `dynashape.methods.saw.graded_correctness`), then the batch's other reward columns as further channels."""
+
+    column: int = 0
+    namespace: str = "saw"
+
+    def update(self, flow: Flow, state: None) -> tuple[Flow, None]:
+        from dynashape.methods.saw import GRADED_RANGE, graded_correctness
+
+        rewards = flow.batch.rewards
+        if rewards is None:
+            raise ValueError(
+                f"shaper {self.namespace!r} reads its graded correctness from rewards[:, {self.column}], "
+                "got rewards=None"
+            )
+        graded, others = graded_correctness(rewards, self.column)
+        flow = flow.with_channel(graded, GRADED_RANGE)
+        free = (float("-inf"), float("inf"))
+        for j in range(others.shape[1]):  # K columns (a handful), never rollouts
+            flow = flow.with_channel(others[:, j], free)
         return flow, None
 
 

@@ -18,17 +18,19 @@ import torch
 from dynashape.core.batch import RolloutBatch
 from dynashape.methods.aalc import AalcConfig, AalcSchedule, aalc_reward
 from dynashape.methods.alp import alp_reward
-from dynashape.methods.dler import dler_reward
+from dynashape.methods.dler import dler_boost, dler_reward
 from dynashape.methods.l1 import l1_max_reward
-from dynashape.methods.laser import LaserDConfig, LaserDTargets, laser_d_reward, laser_reward
+from dynashape.methods.laser import UNFORMATTED_SCORE, LaserDConfig, LaserDTargets, laser_d_reward, laser_reward
 from dynashape.methods.thinkprune import CapSchedule, ThinkPruneConfig, thinkprune_reward
 from dynashape.shapers._common import F64
 from dynashape.shapers.parts.flow import Flow, Holds, Stateless
+from dynashape.shapers.parts.penalties import require_input
 
 __all__ = [
     "AalcReward",
     "BudgetDistance",
     "CappedCorrect",
+    "CorrectBoost",
     "L1MaxScore",
     "LaserBonus",
     "LaserDBonus",
@@ -89,26 +91,63 @@ class LengthPenalty(Stateless):
 
 @dataclass(frozen=True)
 class CappedCorrect(Stateless):
-    """1[correct and l <= max_length] (DLER's truncation reward, `dynashape.methods.dler_reward`)."""
+    """1[correct and l <= max_length] (DLER's truncation reward, `dynashape.methods.dler_reward`); kept also as
+    ``values["score"]``, the score before any penalty (DLER's `token_level_scores`, which its boost reads)."""
 
     max_length: float = 4000
 
     def update(self, flow: Flow, state: None) -> tuple[Flow, None]:
         reward = dler_reward(flow.batch.correct, flow.batch.lengths, max_length=self.max_length)
-        return flow.with_channel(reward, (0.0, 1.0)), None
+        return flow.with_channel(reward, (0.0, 1.0)).but(values={"score": reward}), None
+
+
+@dataclass(frozen=True)
+class CorrectBoost(Stateless):
+    """DLER's official advantage boost: A + value where the score before penalties (``values["score"]``) is at
+    least 1 (`dynashape.methods.dler_boost`). Logs the share of boosted rollouts."""
+
+    value: float = 0.1
+    namespace: str = "dler"
+
+    def update(self, flow: Flow, state: None) -> tuple[Flow, None]:
+        adv = flow.require("advantages", "CorrectBoost")
+        score = flow.values.get("score")
+        if score is None:
+            raise ValueError("part 'CorrectBoost' needs values['score'] from CappedCorrect (check the chain's order)")
+        boosted = dler_boost(adv, score, value=self.value)
+        share = float((boosted != adv).to(F64).mean())
+        return flow.but(advantages=boosted, metrics={f"{self.namespace}/boosted_frac": share}), None
+
+
+def _laser_format(flow: Flow, base: str, namespace: str) -> torch.Tensor | None:
+    """``batch.formatted`` for LASER's official base score (refused when missing), None for the 0/1 base."""
+    if base == "binary":
+        return None
+    what = "whether each answer is in the asked \\boxed format; base='binary' reads none"
+    return require_input(flow, "formatted", namespace, what)
+
+
+def _laser_range(base: str, alpha: float) -> tuple[float, float]:
+    return (UNFORMATTED_SCORE if base == "official" else 0.0, 1.0 + alpha)
 
 
 @dataclass(frozen=True)
 class LaserBonus(Stateless):
-    """LASER's reward c + alpha 1[correct and l <= L_T] (`dynashape.methods.laser_reward`)."""
+    """LASER's reward s + alpha 1[s = 1 and l <= L_T] (`dynashape.methods.laser_reward`), s the official
+    1 / -0.5 / -1 base score (reads ``batch.formatted``) or, with base="binary", the 0/1 verdict."""
 
     alpha: float = 0.5
     target_length: float = 4096
+    base: str = "official"
+    namespace: str = "laser"
 
     def update(self, flow: Flow, state: None) -> tuple[Flow, None]:
         b = flow.batch
-        reward = laser_reward(b.correct, b.lengths, target_length=self.target_length, alpha=self.alpha)
-        return flow.with_channel(reward, (0.0, 1.0 + self.alpha)), None
+        formatted = _laser_format(flow, self.base, self.namespace)
+        reward = laser_reward(
+            b.correct, b.lengths, target_length=self.target_length, alpha=self.alpha, formatted=formatted
+        )
+        return flow.with_channel(reward, _laser_range(self.base, self.alpha)), None
 
 
 @dataclass(frozen=True)
@@ -170,11 +209,12 @@ class LaserDBonus(Holds):
 
     def update(self, flow: Flow, state: Mapping[str, Any]) -> tuple[Flow, dict[str, Any]]:
         chosen = self.held(state).targets_
-        b = flow.batch
-        reward = laser_d_reward(b.correct, b.lengths, flow.groups, targets=chosen, alpha=self.config.alpha)
+        b, cfg = flow.batch, self.config
+        formatted = _laser_format(flow, cfg.base, self.namespace)
+        reward = laser_d_reward(b.correct, b.lengths, flow.groups, targets=chosen, alpha=cfg.alpha, formatted=formatted)
         names = ("target_low", "target_medium", "target_high")
         metrics = {f"{self.namespace}/{n}": float(t or 0) for n, t in zip(names, chosen, strict=True)}
-        return flow.with_channel(reward, (0.0, 1.0 + self.config.alpha)).but(metrics=metrics), dict(state)
+        return flow.with_channel(reward, _laser_range(cfg.base, cfg.alpha)).but(metrics=metrics), dict(state)
 
 
 @dataclass(frozen=True)
