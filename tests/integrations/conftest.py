@@ -23,4 +23,5 @@ def _importable(name: str) -> bool:
 collect_ignore_glob = [
     *([] if _importable("verl") else ["test_verl_*.py"]),
     *([] if _importable("trl") else ["test_trl_*.py"]),
+    *([] if _importable("vllm") else ["test_vllm_*.py"]),
 ]

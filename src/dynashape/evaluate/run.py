@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from dynashape.evaluate.backends import Item, choose_backend
+from dynashape.evaluate.backends import Item, choose_backend, vllm_device
 from dynashape.evaluate.benchmarks import Benchmark
 from dynashape.evaluate.cache import GenerationCache, settings_key
 from dynashape.evaluate.protocols import Protocol
@@ -53,6 +53,39 @@ def _make_backend(name: str, model_dir: str, protocol: Protocol, *, device: str,
         return VLLMBackend(model_dir, batch_size=batch_size, seed=protocol.seed)
     layers = FINGERPRINT_LAYERS if protocol.eigen_ratio else None
     return TransformersBackend(model_dir, device=device, batch_size=batch_size, fingerprint_layers=layers)
+
+
+class _Deferred:
+    """A backend started on its first ``generate``: a rerun that finds every sample in the cache starts none (vLLM
+    takes 15-40 s to start on a CPU). Prompts, batches and the fingerprint flag need no model: the tokenizer is the
+    one both backends load (``train.policy.load_tokenizer``) and a backend's ``plan`` reads only its batch size."""
+
+    def __init__(self, name: str, model_dir: str, protocol: Protocol, *, device: str, batch_size: int) -> None:
+        from dynashape.evaluate.backends import TransformersBackend, VLLMBackend
+        from dynashape.runtime.policy import load_tokenizer
+
+        self._start = (name, model_dir, protocol, {"device": device, "batch_size": batch_size})
+        self._cls: Any = VLLMBackend if name == "vllm" else TransformersBackend
+        self.gives_fingerprints = self._cls.gives_fingerprints
+        self.batch_size = batch_size
+        self.tokenizer = load_tokenizer(model_dir)
+        self._engine: Any = None
+
+    def plan(self, benchmark: str, items: Sequence[Item], seed: int) -> list[Any]:
+        return self._cls.plan(self, benchmark, items, seed)
+
+    def generate(self, batch: Any, **kw: Any) -> list[Any]:
+        if self._engine is None:
+            name, model_dir, protocol, how = self._start
+            self._engine = _make_backend(name, model_dir, protocol, **how)
+        return self._engine.generate(batch, **kw)
+
+    def fingerprints(self, wrong: np.ndarray) -> np.ndarray | None:
+        return None if self._engine is None else self._engine.fingerprints(wrong)
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
 
 
 class _Plan(NamedTuple):
@@ -103,7 +136,7 @@ def _plan(
         "backend": backend_name,
         "batch_size": batch_size,
         "max_problems": max_problems,
-        "device": device if backend_name == "transformers" else "cuda",
+        "device": device if backend_name == "transformers" else vllm_device(),
         # the verdicts are cached: another verifier is another evaluation (its ``name``, else its class)
         "verifier": "dynashape.rewards.MathVerifier" if verifier is None else _verifier_name(verifier),
         "correct": "the verifier accepts the final answer and the response ended within max_new_tokens",
@@ -176,118 +209,154 @@ def _sample_and_score(
     progress: bool,
     log: Callable[[str], None] | None,
 ) -> dict[str, Any]:
-    """``evaluate_checkpoint`` past its checks: sample what the cache lacks, verify, write the folder."""
+    """``evaluate_checkpoint`` past its checks: start the backend, sample and score (``_run_batches``), and
+    shut the backend down whatever happens."""
+    settings = plan.settings
+    state.make_folder(out)
+    with state.FolderLock(out, what="an evaluation (dynashape evaluate)"):
+        start = time.perf_counter()
+        engine = _Deferred(
+            settings["backend"], model_dir, protocol, device=settings["device"], batch_size=settings["batch_size"]
+        )
+        try:
+            results = _run_batches(
+                engine,
+                model_dir,
+                benchmarks,
+                protocol,
+                out,
+                plan,
+                start=start,
+                prompt=prompt,
+                verifier=verifier,
+                progress=progress,
+                log=log,
+            )
+        finally:
+            engine.close()  # vLLM's engine processes, now: left to the interpreter's exit they may abort it
+    return results
+
+
+def _run_batches(
+    engine: Any,
+    model_dir: str,
+    benchmarks: Sequence[Benchmark],
+    protocol: Protocol,
+    out: Path,
+    plan: _Plan,
+    *,
+    start: float,
+    prompt: PromptConfig,
+    verifier: Any,
+    progress: bool,
+    log: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    """``_sample_and_score`` with its engine: sample what the cache lacks, verify, write the folder."""
     from dynashape.runtime.progress import progress_bar
 
     settings, selected, n_by = plan.settings, plan.selected, plan.samples
     backend_name = settings["backend"]
-    state.make_folder(out)
-    with state.FolderLock(out, what="an evaluation (dynashape evaluate)"):
-        start = time.perf_counter()
-        engine = _make_backend(
-            backend_name, model_dir, protocol, device=settings["device"], batch_size=settings["batch_size"]
-        )
-        fmt = PromptFormat(engine.tokenizer, prompt, default_suffix=BOXED_INSTRUCTION)
-        key = settings_key({"model": plan.identity, "settings": settings, "format": RESULTS_FORMAT})
-        cache = GenerationCache(out / "cache.jsonl", key)
-        done = cache.load()
-        plans = {}
-        for b in benchmarks:
-            items = [
-                Item(p.problem_id, j, tuple(fmt.encode([p.problem])[0][0].tolist()))
-                for p in selected[b.name]
-                for j in range(n_by[b.name])
-            ]
-            plans[b.name] = engine.plan(b.name, items, protocol.seed)
-        pending = [
-            (name, batch)
-            for name, batches in plans.items()
-            for batch in batches
-            if not all((name, it.problem_id, it.sample) in done for it in batch.items)
+    fmt = PromptFormat(engine.tokenizer, prompt, default_suffix=BOXED_INSTRUCTION)
+    key = settings_key({"model": plan.identity, "settings": settings, "format": RESULTS_FORMAT})
+    cache = GenerationCache(out / "cache.jsonl", key)
+    done = cache.load()
+    plans = {}
+    for b in benchmarks:
+        items = [
+            Item(p.problem_id, j, tuple(fmt.encode([p.problem])[0][0].tolist()))
+            for p in selected[b.name]
+            for j in range(n_by[b.name])
         ]
-        todo = sum(len(batch.items) for _, batch in pending)
-        total = sum(len(batch.items) for batches in plans.values() for batch in batches)
-        if log is not None:
-            log(
-                f"{model_dir}: {total - todo} of {total} samples cached, {todo} to sample in "
-                f"{len(pending)} {'batch' if len(pending) == 1 else 'batches'} ({backend_name})"
-            )
-        # counted in batches, not samples: a batch's samples mostly finish together near its end (the longest
-        # response sets its time), so finished samples stay near 0 for most of a run and the ETA misleads
-        bar = progress_bar(len(pending), f"evaluate {Path(model_dir).name}", progress, unit="batches", interval=5.0)
-        gold = {(b.name, p.problem_id): p.answer for b in benchmarks for p in selected[b.name]}
-        own_verifier = verifier is None
-        if own_verifier:
-            from dynashape.rewards import MathVerifier
-
-            verifier = MathVerifier(workers=1)
-        try:
-            sampled = 0
-            for name, batch in pending:
-                gens = engine.generate(
-                    batch,
-                    temperature=protocol.temperature,
-                    top_p=protocol.top_p,
-                    max_new_tokens=protocol.max_new_tokens,
-                    # every token: a line in a log still says the batch is being sampled
-                    on_finished=None if bar is None else (lambda _: bar.update(0)),
-                )
-                verdicts = verifier.verify([gold[(name, it.problem_id)] for it in batch.items], [g.text for g in gens])
-                correct = np.array([bool(v.correct) and not g.truncated for v, g in zip(verdicts, gens)])
-                fps = engine.fingerprints(~correct) if protocol.eigen_ratio else None
-                records = [
-                    {
-                        "benchmark": name,
-                        "problem_id": it.problem_id,
-                        "sample": it.sample,
-                        "correct": bool(c),
-                        "length": g.length,
-                        "truncated": g.truncated,
-                        "text": g.text,
-                        **({} if fps is None else {"fingerprint": _finite_or_none(fps[i])}),
-                    }
-                    for i, (it, g, c) in enumerate(zip(batch.items, gens, correct, strict=True))
-                ]
-                cache.append(records)
-                done.update({(r["benchmark"], r["problem_id"], r["sample"]): r for r in records})
-                sampled += len(records)
-                if bar is not None:
-                    bar.set_postfix(samples=f"{sampled}/{todo}")
-                    bar.update(1)
-        finally:
-            if bar is not None:
-                bar.close()
-            if own_verifier:
-                verifier.close()
-        results: dict[str, Any] = {
-            "format": RESULTS_FORMAT,
-            "protocol": _published(settings),
-            "model": plan.identity["path"],
-            "base": None,
-            "benchmarks": {},
-        }
-        lines = []
-        for b in benchmarks:
-            ids = [p.problem_id for p in selected[b.name]]
-            records = [done[(b.name, pid, j)] for pid in ids for j in range(n_by[b.name])]
-            with_eigen = protocol.eigen_ratio and engine.gives_fingerprints
-            results["benchmarks"][b.name] = summarise_benchmark(records, ids, n_by[b.name], eigen_ratio=with_eigen)
-            if protocol.eigen_ratio and not engine.gives_fingerprints:
-                results["benchmarks"][b.name]["eigen_ratio"] = None
-            answers = {p.problem_id: p.answer for p in selected[b.name]}
-            lines += [_generation_line(r, answers[r["problem_id"]]) for r in records]
-        results["overall"] = summarise(results["benchmarks"])
-        if protocol.eigen_ratio and not engine.gives_fingerprints:
-            results["overall"]["eigen_ratio_note"] = (
-                "vLLM returns no hidden states, so no fingerprints: rerun with --backend transformers for the "
-                "eigen ratio of the wrong answers"
-            )
-        results["seconds"] = _seconds(
-            out / "results.json", time.perf_counter() - start, settings=settings, sampled_now=todo
+        plans[b.name] = engine.plan(b.name, items, protocol.seed)
+    pending = [
+        (name, batch)
+        for name, batches in plans.items()
+        for batch in batches
+        if not all((name, it.problem_id, it.sample) in done for it in batch.items)
+    ]
+    todo = sum(len(batch.items) for _, batch in pending)
+    total = sum(len(batch.items) for batches in plans.values() for batch in batches)
+    if log is not None:
+        log(
+            f"{model_dir}: {total - todo} of {total} samples cached, {todo} to sample in "
+            f"{len(pending)} {'batch' if len(pending) == 1 else 'batches'} ({backend_name})"
         )
-        results["sampled_now"] = todo
-        state.write_text(out / "generations.jsonl", "".join(json.dumps(r) + "\n" for r in lines))
-        state.write_json(out / "results.json", results)
+    # counted in batches, not samples: a batch's samples mostly finish together near its end (the longest
+    # response sets its time), so finished samples stay near 0 for most of a run and the ETA misleads
+    bar = progress_bar(len(pending), f"evaluate {Path(model_dir).name}", progress, unit="batches", interval=5.0)
+    gold = {(b.name, p.problem_id): p.answer for b in benchmarks for p in selected[b.name]}
+    own_verifier = verifier is None
+    if own_verifier:
+        from dynashape.rewards import MathVerifier
+
+        verifier = MathVerifier(workers=1)
+    try:
+        sampled = 0
+        for name, batch in pending:
+            gens = engine.generate(
+                batch,
+                temperature=protocol.temperature,
+                top_p=protocol.top_p,
+                max_new_tokens=protocol.max_new_tokens,
+                # every token: a line in a log still says the batch is being sampled
+                on_finished=None if bar is None else (lambda _: bar.update(0)),
+            )
+            verdicts = verifier.verify([gold[(name, it.problem_id)] for it in batch.items], [g.text for g in gens])
+            correct = np.array([bool(v.correct) and not g.truncated for v, g in zip(verdicts, gens)])
+            fps = engine.fingerprints(~correct) if protocol.eigen_ratio else None
+            records = [
+                {
+                    "benchmark": name,
+                    "problem_id": it.problem_id,
+                    "sample": it.sample,
+                    "correct": bool(c),
+                    "length": g.length,
+                    "truncated": g.truncated,
+                    "text": g.text,
+                    **({} if fps is None else {"fingerprint": _finite_or_none(fps[i])}),
+                }
+                for i, (it, g, c) in enumerate(zip(batch.items, gens, correct, strict=True))
+            ]
+            cache.append(records)
+            done.update({(r["benchmark"], r["problem_id"], r["sample"]): r for r in records})
+            sampled += len(records)
+            if bar is not None:
+                bar.set_postfix(samples=f"{sampled}/{todo}")
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+        if own_verifier:
+            verifier.close()
+    results: dict[str, Any] = {
+        "format": RESULTS_FORMAT,
+        "protocol": _published(settings),
+        "model": plan.identity["path"],
+        "base": None,
+        "benchmarks": {},
+    }
+    lines = []
+    for b in benchmarks:
+        ids = [p.problem_id for p in selected[b.name]]
+        records = [done[(b.name, pid, j)] for pid in ids for j in range(n_by[b.name])]
+        with_eigen = protocol.eigen_ratio and engine.gives_fingerprints
+        results["benchmarks"][b.name] = summarise_benchmark(records, ids, n_by[b.name], eigen_ratio=with_eigen)
+        if protocol.eigen_ratio and not engine.gives_fingerprints:
+            results["benchmarks"][b.name]["eigen_ratio"] = None
+        answers = {p.problem_id: p.answer for p in selected[b.name]}
+        lines += [_generation_line(r, answers[r["problem_id"]]) for r in records]
+    results["overall"] = summarise(results["benchmarks"])
+    if protocol.eigen_ratio and not engine.gives_fingerprints:
+        results["overall"]["eigen_ratio_note"] = (
+            "vLLM returns no hidden states, so no fingerprints: rerun with --backend transformers for the "
+            "eigen ratio of the wrong answers"
+        )
+    results["seconds"] = _seconds(
+        out / "results.json", time.perf_counter() - start, settings=settings, sampled_now=todo
+    )
+    results["sampled_now"] = todo
+    state.write_text(out / "generations.jsonl", "".join(json.dumps(r) + "\n" for r in lines))
+    state.write_json(out / "results.json", results)
     return results
 
 
