@@ -36,6 +36,7 @@ pytest.importorskip("vllm")
 from dynashape.evaluate.backends import Batch, Item, TransformersBackend, VLLMBackend, derived_seed
 from dynashape.runtime.prompts import BOXED_INSTRUCTION, PromptConfig, PromptFormat
 from dynashape.world.chain.world import BASE_MODEL_DIR, ChainWorld
+from evaluation_stubs import KilledAfter, ParityVerifier
 
 MODEL = str(BASE_MODEL_DIR)
 PROMPT = PromptConfig(chat_template=False, suffix="")  # the chain world's prompts, as the trainer sends them
@@ -43,30 +44,6 @@ ALPHA = 1e-3
 """False alarm rate of the distribution test: the chance that it fails two backends that sample alike."""
 SAMPLES = 100
 """Samples per problem and backend in the distribution test."""
-
-
-class ParityVerifier:
-    """Right when the text's character sum is even: answers both right and wrong, whatever the model writes."""
-
-    name = "parity"
-
-    def verify(self, golds, responses):
-        from dynashape.rewards import Reason, Verdict
-
-        return [Verdict(sum(map(ord, r)) % 2 == 0, None, Reason.MATCH) for r in responses]
-
-
-class KilledAfter(ParityVerifier):
-    """Stands in for a kill: raises on its ``calls``-th batch, after the earlier batches were cached."""
-
-    def __init__(self, calls: int) -> None:
-        self.left = calls
-
-    def verify(self, golds, responses):
-        self.left -= 1
-        if self.left == 0:
-            raise KeyboardInterrupt("killed")
-        return super().verify(golds, responses)
 
 
 @pytest.fixture(scope="module")
