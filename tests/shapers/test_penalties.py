@@ -97,3 +97,16 @@ def test_penalties_keep_the_state_of_a_stateful_method():
     fresh = get_shaper("thinkprune", stop_properly=0.5)
     fresh.load_state_dict(shaper.state_dict())
     assert torch.equal(fresh(batch()).advantages, shaper(batch()).advantages)
+
+
+def test_a_trainer_config_checks_the_penalty_keywords_as_get_shaper_does():
+    import pytest
+
+    from dynashape.train.config import TrainConfig
+
+    cfg = TrainConfig(shaper="grpo", shaper_kwargs={"stop_properly": 0.1, "overlong": {"max_length": 64, "buffer": 8}})
+    assert cfg.shaper_kwargs["stop_properly"] == 0.1
+    with pytest.raises(ValueError, match="shaper_kwargs of 'grpo'"):
+        TrainConfig(shaper="grpo", shaper_kwargs={"overlong": {"buffer": 8}})  # max_length has no default
+    with pytest.raises(ValueError, match="shaper_kwargs of 'cosine': shaper 'cosine' is not built from parts"):
+        TrainConfig(shaper="cosine", shaper_kwargs={"stop_properly": 0.1})

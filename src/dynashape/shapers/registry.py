@@ -47,17 +47,31 @@ def get_shaper(name: str, **params: Any) -> Shaper:
     "buffer": 4096, "factor": 1.0}`` (DAPO's soft overlong punishment) and ``stop_properly=0.1`` (the reward of a
     truncated response times 0.1, ProRL's); both act on the method's reward channel (docs/field-methods.md).
     """
+    cls = _lookup(name)
+    config, penalties = _settings(name, params)
+    return cls(config, penalties=penalties) if penalties else cls(config)
+
+
+def check_shaper_params(name: str, **params: Any) -> None:
+    """Refuse what ``get_shaper(name, **params)`` would refuse, without building the shaper (a trainer config
+    checks its shaper's parameters when it is made)."""
+    _settings(name, params)
+
+
+def _settings(name: str, params: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
+    """(the config, the penalty parts) of ``get_shaper(name, **params)``."""
     from dynashape.shapers.composed import ComposedShaper
     from dynashape.shapers.parts.penalties import PENALTY_KEYS, penalty_parts
 
     cls = _lookup(name)
+    params = dict(params)
     given = {key: params.pop(key) for key in PENALTY_KEYS if key in params}
     config = cls.config_cls(**params)
     if not given:
-        return cls(config)
+        return config, ()
     if not issubclass(cls, ComposedShaper):
         raise ValueError(f"shaper {name!r} is not built from parts: it takes no {', '.join(sorted(given))}")
-    return cls(config, penalties=penalty_parts(**given))
+    return config, tuple(penalty_parts(**given))
 
 
 def config_class(name: str) -> type:

@@ -21,7 +21,7 @@ from typing import Any
 from dynashape.losses.registry import available_losses
 from dynashape.runtime.policy import ModelConfig
 from dynashape.runtime.prompts import PromptConfig
-from dynashape.shapers import config_class, shaper_needs
+from dynashape.shapers import check_shaper_params, shaper_needs
 from dynashape.train.warmup import WarmupConfig
 from dynashape.world.chain.config import ChainTaskConfig
 
@@ -327,7 +327,7 @@ class TrainConfig:
         except ValueError as err:
             raise ValueError(f"shaper={self.shaper!r}: {err}") from None
         try:  # the shaper's own config checks every parameter now, not at the run's first step
-            config_class(self.shaper)(**self.shaper_kwargs)
+            check_shaper_params(self.shaper, **self.shaper_kwargs)
         except (TypeError, ValueError) as err:
             raise ValueError(f"shaper_kwargs of {self.shaper!r}: {err}") from None
         if needs.fingerprints != (self.fingerprint_layers is not None):
