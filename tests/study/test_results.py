@@ -143,20 +143,6 @@ def test_an_empty_folder_gives_a_page_without_numbers(tmp_path):
     assert "## Claims (pre-registered)" in report.read_text()
 
 
-def test_the_committed_comparison_regenerates_unchanged_from_its_runs(tmp_path, monkeypatch):
-    """docs/results.md and results.json are a function of results/comparison/ alone: `dynashape results` on the
-    committed runs rewrites them byte for byte (the generation time aside), whatever engine ran them."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    monkeypatch.chdir(root)  # the page names the folder as the command was given it
-    write_results(Path("results/comparison"), tmp_path / "results.md")
-    assert (tmp_path / "results.md").read_text() == (root / "docs" / "results.md").read_text()
-    made, committed = (json.loads(p.read_text()) for p in (tmp_path / "results.json", root / "docs" / "results.json"))
-    assert made.pop("generated") and committed.pop("generated")
-    assert made == committed
-
-
 def test_every_method_gets_a_colour_and_marker_of_its_own():
     pytest.importorskip("matplotlib")
     from dynashape.study.results_plots import method_styles
