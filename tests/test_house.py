@@ -20,7 +20,7 @@ LONG_FUNCTIONS = {
     "integrations/verl/trainer.py::_trainer_class",
     "evaluate/run.py::_run_batches",
     "integrations/verl/checks.py::config_problems",
-    "study/followup_page.py::preregistration_markdown",
+    "study/preregistration_page.py::preregistration_markdown",
     "study/compare.py::_run_locked",
     "study/scheduler.py::run_jobs",
     "study/results_page.py::_body",

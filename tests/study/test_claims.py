@@ -1,4 +1,5 @@
-"""Issue 15's claims: the verdict rule, the metrics they read, and whole claims on hand-made runs."""
+"""The first comparison's claims (studies/v1.toml): the verdict rule, the metrics they read, and whole claims on
+hand-made runs."""
 
 from __future__ import annotations
 
@@ -7,14 +8,16 @@ import math
 import pytest
 
 from dynashape.study.claims import (
-    CLAIMS,
     Comparison,
     evaluate_claims,
     metric_per_problem,
     metric_value,
     verdict,
 )
+from dynashape.study.compare import COMPARISON_PLAN
 from dynashape.study.stats import Interval
+
+CLAIMS = COMPARISON_PLAN["full"].claims  # studies/v1.toml's claims
 
 T975_4 = 2.7764451051977987  # Student's t_{0.975, 4} from a table
 
@@ -117,7 +120,7 @@ def test_claim_c_by_hand():
     lead = [0.30, 0.40, 0.30, 0.40, 0.35]
     static = [0.20, 0.20, 0.20, 0.20, 0.20]
     runs = _runs("tight", {"lead": lead, "lead_static": static}, "aes")
-    (c,) = [x for x in evaluate_claims(runs, {}) if x["id"] == "c"]
+    (c,) = [x for x in evaluate_claims(runs, {}, claims=CLAIMS) if x["id"] == "c"]
     # differences 0.10, 0.20, 0.10, 0.20, 0.15: mean 0.15, sd sqrt(0.01 / 4) = 0.05
     half = T975_4 * 0.05 / math.sqrt(5)
     assert c["estimate"] == pytest.approx(0.15)
@@ -127,10 +130,10 @@ def test_claim_c_by_hand():
 
 def test_claim_c_fails_when_lead_is_clearly_worse_and_waits_for_five_seeds():
     runs = _runs("tight", {"lead": [0.1, 0.12, 0.1, 0.11, 0.1], "lead_static": [0.4] * 5}, "aes")
-    (c,) = [x for x in evaluate_claims(runs, {}) if x["id"] == "c"]
+    (c,) = [x for x in evaluate_claims(runs, {}, claims=CLAIMS) if x["id"] == "c"]
     assert c["verdict"] == "fails"
     few = {k: {s: v for s, v in by_seed.items() if s < 3} for k, by_seed in runs.items()}
-    (c3,) = [x for x in evaluate_claims(few, {}) if x["id"] == "c"]
+    (c3,) = [x for x in evaluate_claims(few, {}, claims=CLAIMS) if x["id"] == "c"]
     assert c3["verdict"] == "inconclusive" and c3["n"] == 3 and "n = 3 < 5" in c3["reason"]
     assert c3["interval"][0] < c3["estimate"] < c3["interval"][1]  # still estimated, just not judged
 
@@ -144,7 +147,7 @@ def test_claim_a_is_compound_and_resolves_best_global():
         runs[("tight", "gdpo")][s] = _ev(aes=0.1 + 0.02 * s)
         runs[("tight", "grpo_length")][s] = _ev(aes=0.9)
         runs[("tight", "grpo")][s] = _ev(aes=0.0, n_correct=(2, 2, 2, 2))
-    (a,) = [x for x in evaluate_claims(runs, {"tight": "gdpo"}) if x["id"] == "a"]
+    (a,) = [x for x in evaluate_claims(runs, {"tight": "gdpo"}, claims=CLAIMS) if x["id"] == "a"]
     assert a["parts"][0]["control"] == "gdpo" and a["verdict"] == "holds"
     # differences 0.4 - 0.01 s: mean 0.38
     assert a["estimate"] == pytest.approx(0.38)
@@ -152,10 +155,10 @@ def test_claim_a_is_compound_and_resolves_best_global():
     assert a["parts"][1]["interval"] == pytest.approx([0.5, 0.5])
     assert a["parts"][1]["bootstrap_interval"] == pytest.approx([0.5, 0.5])
     # against grpo_length the AES part fails, and so does the claim
-    (a2,) = [x for x in evaluate_claims(runs, {"tight": "grpo_length"}) if x["id"] == "a"]
+    (a2,) = [x for x in evaluate_claims(runs, {"tight": "grpo_length"}, claims=CLAIMS) if x["id"] == "a"]
     assert a2["parts"][0]["verdict"] == "fails" and a2["verdict"] == "fails"
     # without a chosen best_global the claim waits
-    (a3,) = [x for x in evaluate_claims(runs, {}) if x["id"] == "a"]
+    (a3,) = [x for x in evaluate_claims(runs, {}, claims=CLAIMS) if x["id"] == "a"]
     assert a3["verdict"] == "inconclusive" and "best_global" in a3["reason"]
 
 
@@ -173,7 +176,7 @@ def test_a_comparison_at_the_ceiling_fails_by_the_rule_and_the_page_says_why():
         ("tight", m): {s: _ev(hard=trap_all_solved, n_correct=(4, 4, 4, 4), eigen=0.5) for s in range(5)}
         for m in ("meds", "dapo")
     }
-    (d,) = [x for x in evaluate_claims(runs, {}) if x["id"] == "d"]
+    (d,) = [x for x in evaluate_claims(runs, {}, claims=CLAIMS) if x["id"] == "d"]
     assert d["parts"][0]["interval"] == pytest.approx([0.0, 0.0])
     assert d["parts"][0]["verdict"] == "fails"
     assert "trap_pass@64: both arms at 1 on every paired seed" in d["reason"]
@@ -182,5 +185,5 @@ def test_a_comparison_at_the_ceiling_fails_by_the_rule_and_the_page_says_why():
     assert "reason" not in d["parts"][2]
     # one seed of one arm below the ceiling: no note
     runs[("tight", "dapo")][2] = _ev(hard={**trap_all_solved, "n_correct": [0, 64]}, n_correct=(4, 4, 4, 4))
-    (d2,) = [x for x in evaluate_claims(runs, {}) if x["id"] == "d"]
+    (d2,) = [x for x in evaluate_claims(runs, {}, claims=CLAIMS) if x["id"] == "d"]
     assert "reason" not in d2["parts"][0]

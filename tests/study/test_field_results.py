@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dynashape.study import followup
+from dynashape.study.compare import COMPARISON_PLAN
 from dynashape.study.evaluation_check import EvaluationMismatchError
 from dynashape.study.field_page import PLAN_BEGIN, PLAN_END
 from dynashape.study.field_results import FIELD_MEASURES, measure_value
@@ -72,7 +72,7 @@ def _write_run(run_dir: Path, method: str, regime: str, i: int, seed: int) -> No
             for b in (13, 25)
         }  # fmt: skip
     (run_dir / "eval.json").write_text(json.dumps(ev))
-    eval_section = {k: list(v) if isinstance(v, tuple) else v for k, v in followup.eval_overrides().items()}
+    eval_section = {k: list(v) if isinstance(v, tuple) else v for k, v in COMPARISON_PLAN["v2"].eval.items()}
     config = {
         "train": {"method": method, "regime": regime, "seed": seed, "max_new_tokens": BUDGET[regime]},
         "eval": {**eval_section, "seed": 6234 + 1000 * seed},
@@ -335,7 +335,7 @@ def test_a_field_compare_names_the_page_command_and_a_refusal_does_not_fail_its_
     assert f"dynashape results {field} --report docs/results-field.md" in capsys.readouterr().out
     (controls / "runs/tight/grpo-seed5/eval.json").unlink()
     assert cli.main(["compare", "--plan", "field", "--out", str(field), "--report", str(page), "--no-progress"]) == 0
-    assert "the field page was not written" in capsys.readouterr().out
+    assert "the controls page was not written" in capsys.readouterr().out
 
 
 def test_the_trajectory_names_are_the_ones_the_shapers_log():

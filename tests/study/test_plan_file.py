@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,10 @@ from dynashape.study.plan_file import StudyFileError, committed_plans, load_plan
 
 
 def _code_built_plans() -> dict[str, ComparisonPlan]:
-    """The three plans as the code built them before they became files (study/compare.py at commit 007d0ca), from
-    the constants the studies' pages still read: the files must say the same."""
-    from dynashape.study import followup
+    """The three plans as the code built them before they became files (study/compare.py at commit 007d0ca, its
+    constants written out here): the files must say the same (their claims: ``test_the_files_claims_...``)."""
+    frozen = json.loads((studies_dir() / "v2-frozen.json").read_text())
+    V2_EVAL = {"n_samples": 16, "passk_samples": 64, "passk_keys": tuple(frozen["subset"]["keys"])}
     from dynashape.study.field_runs import CONTROLS, CONTROLS_DEFAULT
     from dynashape.train.field_presets import FIELD_METHODS, FIELD_SEEDS
 
@@ -30,26 +32,34 @@ def _code_built_plans() -> dict[str, ComparisonPlan]:
         }
     )
     v2 = ComparisonPlan(
-        rows=dict(followup.ROWS),
-        seeds=followup.SEEDS,
-        row_seeds=followup.load_plan()["row_seeds"],
-        fixed=dict(followup.FIXED_VALUES),
-        eval=followup.eval_overrides(),
+        rows={  # study/followup.py's ROWS, SEEDS and FIXED_VALUES at that commit
+            "tight": ("grpo", "lead", "lead_static", "grpo_length", "gdpo", "dapo", "meds", "meds_single_cluster"),
+            "loose": ("grpo", "lead", "gdpo"),
+        },
+        seeds=tuple(range(5, 25)),
+        row_seeds=frozen["row_seeds"],
+        fixed={
+            "tight/grpo_length": {"shaper_kwargs": {"threshold": 25}},
+            "tight/gdpo": {"length_threshold": 50},
+            "tight/lead_static": {"shaper_kwargs": {"static_lambda_c": 0.8}},
+            "loose/gdpo": {"length_threshold": 82},
+        },
+        eval=V2_EVAL,
         tune=False,
     )
     field = ComparisonPlan(
         rows={"tight": FIELD_METHODS, "loose": FIELD_METHODS},
         seeds=FIELD_SEEDS,
-        eval=followup.eval_overrides(),
+        eval=V2_EVAL,
         tune=False,
     )
     return {
-        "full": dataclasses.replace(full, name="full", page="v1", report="docs/results.md"),
-        "v2": dataclasses.replace(v2, name="v2", page="v2", report="docs/results-v2.md"),
+        "full": dataclasses.replace(full, name="full", page="claims", report="docs/results.md"),
+        "v2": dataclasses.replace(v2, name="v2", page="holm", report="docs/results-v2.md"),
         "field": dataclasses.replace(
             field,
             name="field",
-            page="field",
+            page="controls",
             report="docs/results-field.md",
             controls={"folder": CONTROLS_DEFAULT, "rows": CONTROLS},
         ),
@@ -62,8 +72,87 @@ def test_each_committed_file_is_its_code_built_plan():
     want = _code_built_plans()
     assert set(plans) == set(want)
     for name, plan in want.items():
-        assert plans[name] == plan, name
+        as_built = dataclasses.replace(
+            plans[name], claims=(), decide=None, parts=(), alpha=0.05, frozen=None, best_global={}
+        )  # what the code held elsewhere (claims.CLAIMS, followup.PARTS, followup.json)
+        assert as_built == plan, name
     assert plans["v2"].eval["passk_keys"] == tuple(want["v2"].eval["passk_keys"]) and len(plans["v2"].fixed) == 4
+
+
+PART = {"regime": "tight", "treatment": "alp", "control": "grpo", "metric": "accuracy", "relation": ">", "bound": 0.0}
+
+
+NO_BOUND = {k: v for k, v in PART.items() if k != "bound"}
+
+
+def astuple(obj, keys):
+    return tuple(getattr(obj, k) for k in keys)
+
+
+def _claims_as_decided(page_json: str) -> list[tuple]:
+    """(claim id, text, its parts' comparisons) as a committed page's JSON recorded them."""
+    data = json.loads((Path(__file__).resolve().parents[2] / "docs" / page_json).read_text())
+    keys = ("regime", "treatment", "control", "metric", "relation", "bound")
+    return [(c["id"], c["text"], [tuple(p[k] for k in keys) for p in c["parts"]]) for c in data["claims"]]
+
+
+def test_the_files_claims_are_the_claims_the_committed_pages_decided():
+    plans = committed_plans()
+    keys = ("regime", "treatment", "control", "metric", "relation", "bound")
+    for name, page_json in (("full", "results.json"), ("v2", "results-v2.json")):
+        best = json.loads((Path(__file__).resolve().parents[2] / "docs" / page_json).read_text())["best_global"]
+        mine = [
+            (
+                c.id,
+                c.text,
+                [tuple(best[p.regime] if v == BEST_GLOBAL else v for v in astuple(p, keys)) for p in c.parts],
+            )
+            for c in plans[name].claims
+        ]  # the page records the best_global its tuning chose
+        assert mine == _claims_as_decided(page_json), name
+    v2 = plans["v2"]
+    assert (v2.decide, v2.alpha, plans["full"].decide, plans["field"].claims) == ("holm", 0.05, "interval", ())
+    parts = json.loads((Path(__file__).resolve().parents[2] / "docs" / "results-v2.json").read_text())["claims"]
+    assert [(p.id, p.margin) for p in v2.parts] == [(q["part"], q["margin"]) for c in parts for q in c["parts"]]
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"decide": "vote"}, r"decide = 'vote': must be one of interval, holm"),
+        ({"claims": []}, r"claims = \[\]: must be a non-empty array"),
+        ({"claims": [{"id": "a", "text": "t", "parts": [{**PART, "metric": "joy"}]}]}, r"metric = 'joy': must be one"),
+        (
+            {"claims": [{"id": "a", "text": "t", "parts": [{**PART, "control": "gfpo"}]}]},
+            r"control = 'gfpo': is not a row",
+        ),
+        ({"claims": [{"id": "a", "text": "t", "parts": [{**PART, "bound": "x"}]}]}, r"bound = 'x': must be a finite"),
+        ({"claims": [{"id": "a", "text": "t", "parts": [{**PART, "mood": 1}]}]}, r"mood = 1: unknown key"),
+        ({"claims": [{"id": "a", "text": "t"}]}, r"claims\[0\] = .*: a claim is a table of exactly id, text, parts"),
+        (
+            {"decide": "holm", "claims": [{"id": "a", "text": "t", "parts": [NO_BOUND]}]},
+            r"parts\[0\] = .*: id is missing",
+        ),
+        ({"alpha": 1.5}, r"alpha = 1.5: must be a level in \(0, 1\)"),
+        ({"best_global": {"tight": "lead"}}, r"best_global.tight = 'lead': must name a row"),
+        ({"frozen": "nowhere.json"}, r"frozen = 'nowhere.json': must name a JSON file"),
+    ],
+)
+def test_a_claims_keys_are_checked_naming_the_file_the_key_and_the_value(change, match):
+    data = {"name": "mine", "page": "claims", "seeds": [0, 1], "rows": {"tight": ["grpo", "alp"]}}
+    data.setdefault("decide", "interval")
+    with pytest.raises(StudyFileError, match=match):
+        parse_plan({**data, "claims": [{"id": "a", "text": "t", "parts": [PART]}], **change}, "mine.toml")
+
+
+def test_a_claim_by_hand_from_a_file():
+    data = {"name": "mine", "page": "claims", "seeds": [0, 1], "rows": {"tight": ["grpo", "alp"]}, "decide": "holm"}
+    part = {**PART, "id": "a1", "relation": ">=", "margin": 0.02, "why": "two points"}
+    del part["bound"]
+    plan = parse_plan({**data, "claims": [{"id": "a", "text": "alp keeps accuracy", "parts": [part]}]}, "mine.toml")
+    ((p,),) = [c.parts for c in plan.claims]
+    assert (p.treatment, p.control, p.relation, p.bound) == ("alp", "grpo", ">=", -0.02)  # non-inferiority: -margin
+    assert plan.parts[0].comparison == p and plan.parts[0].why == "two points"
 
 
 def test_the_comparison_plans_come_from_the_files():
@@ -154,7 +243,7 @@ def _refused(change: dict, match: str) -> None:
     ("change", "match"),
     [
         ({"colour": "red"}, r"colour = 'red': unknown key"),
-        ({"page": "v3"}, r"page = 'v3': must be one of v1, v2, field, generic"),
+        ({"page": "v3"}, r"page = 'v3': must be one of claims, holm, controls, generic"),
         ({"seeds": [0, "1"]}, r"seeds = '1': must be an integer >= 0"),
         ({"seeds": [0, 0]}, r"seeds = \[0, 0\]: must be distinct"),
         ({"seeds": [True]}, r"seeds = True: must be an integer"),
@@ -177,7 +266,7 @@ def _refused(change: dict, match: str) -> None:
         ({"rows": {"tight": ["grpo", {"method": "alp", "fixed": {"shaper_kwargs.gamma": 1}}]}}, r"alp.fixed = .*gamma"),
         ({"rows": {"tight": ["grpo", {"method": "alp", "colour": 1}]}}, r"rows.tight.colour = 1: unknown key"),
         ({"controls": {"folder": "x"}}, r"controls = .*must be a table with exactly folder, rows"),
-        ({"page": "v1", "baseline": None}, r"page = 'v1': a sweep's rows \(alp@beta=0.1, alp@beta=0.25\) need page"),
+        ({"page": "claims", "baseline": None}, r"page = 'claims': a sweep's rows \(alp@beta=0.1, alp@beta=0.25\) need"),
         ({"rows": {"tight": ["grpo", "best_global"]}}, r"rows = 'best_global': the generic page reads rows by name"),
         ({"rows": {"tight": ["grpo", {"method": "alp", "fixed": {"seed": 3}}]}},
          r"rows.tight.alp.fixed.seed = 3: is set by the study: the study's paired seeds"),
@@ -198,7 +287,7 @@ def test_a_missing_key_and_a_file_that_is_not_toml_are_named(tmp_path):
     with pytest.raises(StudyFileError, match=rf"{bad}: not TOML"):
         load_plan_file(bad)
     with pytest.raises(StudyFileError, match=r"baseline = 'grpo': only a generic page reads a baseline"):
-        parse_plan({**SWEEP, "page": "v1", "rows": {"tight": ["grpo"]}}, "mine.toml")
+        parse_plan({**SWEEP, "page": "claims", "rows": {"tight": ["grpo"]}}, "mine.toml")
 
 
 # ------------------------------------------------------------------------------------- a user's study, run
@@ -318,6 +407,19 @@ def test_the_documented_example_is_a_valid_study(tmp_path):
     assert plan.fixed["tight/grpo_length"] == {"shaper_kwargs": {"threshold": 32}} and plan.row_seeds == {
         "tight/gdpo": 2
     }
+
+
+def test_the_documented_claims_example_registers_a_claim(tmp_path):
+    """docs/comparison.md's claims example, on a study with those rows, registers claim c as written."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "comparison.md").read_text()
+    claims = text.split("```toml\n", 2)[2].split("```", 1)[0]
+    head = 'name = "mine"\npage = "claims"\nseeds = [0, 1]\n'
+    (tmp_path / "mine.toml").write_text(head + claims + '\n[rows]\ntight = ["grpo", "lead", "lead_static"]\n')
+    plan = load_plan_file(tmp_path / "mine.toml")
+    ((part,),) = [c.parts for c in plan.claims]
+    assert (plan.decide, part.treatment, part.control, part.relation, part.bound) == (
+        "interval", "lead", "lead_static", ">=", -0.05
+    )  # fmt: skip
 
 
 def test_plan_names_a_committed_study_or_a_file(tmp_path):

@@ -6,8 +6,11 @@ import json
 
 import pytest
 
+from dynashape.study.compare import COMPARISON_PLAN
 from dynashape.study.results import write_results
 from dynashape.study.results_page import CLAIMS_BEGIN, CLAIMS_END
+
+CLAIMS = COMPARISON_PLAN["full"].claims  # studies/v1.toml's
 
 
 def _ev(acc, length, aes, lam=False):
@@ -79,7 +82,7 @@ def folder(tmp_path):
 
 def test_results_json_has_the_issues_shape_and_the_numbers(folder, tmp_path):
     report = tmp_path / "docs" / "results.md"
-    written = write_results(folder, report, n_boot=200)
+    written = write_results(folder, report, n_boot=200, claims=CLAIMS)
     data = json.loads(report.with_suffix(".json").read_text())
     assert report.with_suffix(".json") in written and report in written
     run = next(r for r in data["runs"] if r["method"] == "lead" and r["seed"] == 2)
@@ -113,7 +116,7 @@ def test_markdown_keeps_the_claims_verbatim_and_says_partial(folder, tmp_path):
     report = tmp_path / "results.md"
     mine = "## Claims (pre-registered)\n\nOur own words, committed before the runs: 1 < 2.\n"
     report.write_text(f"# old page\n\n{CLAIMS_BEGIN}\n{mine}{CLAIMS_END}\n\nold numbers\n")
-    write_results(folder, report, n_boot=200)
+    write_results(folder, report, n_boot=200, claims=CLAIMS)
     text = report.read_text()
     assert f"{CLAIMS_BEGIN}\n{mine}{CLAIMS_END}" in text and "old numbers" not in text
     assert "3 seeds so far" in text and "inconclusive (n < 5)" in text
@@ -122,14 +125,14 @@ def test_markdown_keeps_the_claims_verbatim_and_says_partial(folder, tmp_path):
     assert "the runs' own time summed: 0 min 36 s over 12 finished runs (test and tuning), 2 at a time" in text
     assert "Published" in text or "published" in text
     # regenerating is stable: the claims stay, once
-    write_results(folder, report, n_boot=200)
+    write_results(folder, report, n_boot=200, claims=CLAIMS)
     assert report.read_text().count(CLAIMS_BEGIN) == 1 and mine in report.read_text()
 
 
 def test_plots_are_written_beside_the_page(folder, tmp_path):
     pytest.importorskip("matplotlib")
     report = tmp_path / "results.md"
-    write_results(folder, report, n_boot=200)
+    write_results(folder, report, n_boot=200, claims=CLAIMS)
     names = sorted(p.name for p in (tmp_path / "results").iterdir())
     assert names == ["frontier_tight.png", "lambdas_tight.png", "passk_tight.png"]
     assert "](results/frontier_tight.png)" in report.read_text()
@@ -137,7 +140,7 @@ def test_plots_are_written_beside_the_page(folder, tmp_path):
 
 def test_an_empty_folder_gives_a_page_without_numbers(tmp_path):
     report = tmp_path / "results.md"
-    write_results(tmp_path, report, n_boot=10)
+    write_results(tmp_path, report, n_boot=10, claims=CLAIMS)
     data = json.loads(report.with_suffix(".json").read_text())
     assert data["runs"] == [] and all(c["n"] == 0 for c in data["claims"])
     assert "## Claims (pre-registered)" in report.read_text()

@@ -14,7 +14,6 @@ import yaml
 
 from dynashape import cli
 from dynashape.io.provenance import code_version
-from dynashape.study import followup
 from dynashape.study.compare import COMPARISON_PLAN, _trained_by
 from dynashape.train.run import train
 from dynashape.train.run_folder import read_history
@@ -25,7 +24,7 @@ def test_a_plans_evaluation_is_in_the_template_without_any_eval_flag():
     from when the command line sets no eval.* field; a command-line eval field still wins."""
     args = cli.build_parser().parse_args(["compare", "--plan", "v2", "--out", "x"])
     template, _ = cli._template(args, COMPARISON_PLAN["v2"].eval)
-    registered = followup.eval_overrides()
+    registered = dict(COMPARISON_PLAN["v2"].eval)
     assert template.eval.n_samples == registered["n_samples"] == 16
     assert template.eval.passk_samples == 64
     assert template.eval.passk_keys == registered["passk_keys"] and len(template.eval.passk_keys) == 40
@@ -100,7 +99,7 @@ def test_compare_plan_through_the_cli_writes_the_registered_evaluation_into_a_ru
         except subprocess.TimeoutExpired:
             proc.kill()
     assert "base evaluation ready" in log.read_text() and "(new)" in log.read_text()
-    registered = followup.eval_overrides()
+    registered = dict(COMPARISON_PLAN["v2"].eval)
     assert written["eval"]["n_samples"] == 16 and written["eval"]["passk_samples"] == 64
     assert written["eval"]["passk_keys"] == list(registered["passk_keys"]) and len(registered["passk_keys"]) == 40
     assert written["train"]["shaper"] == method

@@ -100,13 +100,13 @@ def test_every_field_preset_is_a_valid_config_in_both_regimes(method, regime):
 
 
 def test_the_field_plan_registers_every_method_in_both_regimes_at_the_followups_seeds_and_evaluation():
-    from dynashape.study import followup
+
     from dynashape.study.compare import COMPARISON_PLAN, run_comparison
 
     plan = COMPARISON_PLAN["field"]
     assert dict(plan.rows) == {"tight": FIELD_METHODS, "loose": FIELD_METHODS} and len(FIELD_METHODS) == 11
-    assert plan.seeds == (5, 6, 7, 8, 9) == followup.SEEDS[:5]  # paired with the follow-up's GRPO and LEAD
-    assert dict(plan.eval) == followup.eval_overrides() and plan.eval["n_samples"] == 16
+    assert plan.seeds == (5, 6, 7, 8, 9) == COMPARISON_PLAN["v2"].seeds[:5]  # paired with the follow-up's GRPO and LEAD
+    assert dict(plan.eval) == dict(COMPARISON_PLAN["v2"].eval) and plan.eval["n_samples"] == 16
     assert not plan.tune and not plan.fixed and not plan.row_seeds  # the presets as stated, never tuned
     lines: list[str] = []
     out = run_comparison(

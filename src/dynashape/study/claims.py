@@ -1,4 +1,5 @@
-"""The first comparison's pre-registered claims (a)-(e) as data, the metrics they read, and their verdicts.
+"""A study's pre-registered claims (its file's ``[[claims]]``, ``claim_entries``), the metrics they read, and their
+verdicts by interval (``decide = "interval"``; ``decide = "holm"`` is ``study.preregistration``'s).
 
 A claim is one or more *comparisons*: ``treatment - control  relation  bound`` on one metric in one regime,
 where the difference is taken per paired seed and its 95 % t-interval over seeds decides (``verdict``):
@@ -18,21 +19,22 @@ saying so: the data cannot show a difference there, whichever way the relation p
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from dynashape.study.decide import part_bound
 from dynashape.study.stats import Interval, hierarchical_bootstrap, paired_values, t_interval
 
 __all__ = [
     "BEST_GLOBAL",
-    "CLAIMS",
     "GLOBAL_THRESHOLD_BASELINES",
     "MIN_SEEDS",
     "Claim",
     "Comparison",
+    "Part",
     "evaluate_claims",
     "metric_per_problem",
     "metric_value",
@@ -71,6 +73,27 @@ class Comparison:
             raise ValueError(f"metric must be one of {sorted(METRICS)}, got {self.metric!r}")
         if not math.isfinite(self.bound):
             raise ValueError(f"bound must be finite, got {self.bound}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Part:
+    """One comparison of a claim decided with a margin (``decide = "holm"``): ``treatment - control  relation
+    bound``, the bound ``decide.part_bound(relation, margin)``."""
+
+    id: str
+    comparison: Comparison
+    margin: float
+    """Superiority: the smallest effect of interest; non-inferiority: the margin (in the metric's units)."""
+    why: str
+    """Where the margin comes from."""
+    v1_metric: str | None = None
+    """The metric of an earlier study's runs that stands in for the part's own in the power analysis (None: the
+    same)."""
+
+    def __post_init__(self) -> None:
+        want = part_bound(self.comparison.relation, self.margin)
+        if self.comparison.bound != want:
+            raise ValueError(f"part {self.id}: bound {self.comparison.bound} is not the margin's bound {want}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,64 +185,6 @@ METRICS: Mapping[str, str] = {
     "wrong_eigen_ratio": "top-1 eigen ratio of the wrong answers' fingerprints",
 }
 
-# ------------------------------------------------------------------------------------------------ claims
-CLAIMS: tuple[Claim, ...] = (
-    Claim(
-        id="a",
-        text="tight regime: LEAD's AES is above the best tuned global-threshold baseline's, and its accuracy is at "
-        "least plain GRPO's at the same budget",
-        parts=(
-            Comparison(regime="tight", treatment="lead", control=BEST_GLOBAL, metric="aes", relation=">"),
-            Comparison(regime="tight", treatment="lead", control="grpo", metric="accuracy", relation=">="),
-        ),
-    ),
-    Claim(
-        id="b",
-        text="loose regime: LEAD ends shorter than plain GRPO; on the hardest difficulty its accuracy is within 2 "
-        "points of GRPO's; it cuts the easiest problems' length at least as much as the best global-threshold "
-        "baseline",
-        parts=(
-            Comparison(regime="loose", treatment="lead", control="grpo", metric="mean_length", relation="<"),
-            Comparison(
-                regime="loose", treatment="lead", control="grpo", metric="accuracy@hardest", relation=">=", bound=-0.02
-            ),
-            Comparison(
-                regime="loose", treatment="lead", control=BEST_GLOBAL, metric="mean_length@easiest", relation="<="
-            ),
-        ),
-    ),
-    Claim(
-        id="c",
-        text="tight regime: dynamic weighting (lead) is within the interval of the best static ratio (lead_static at "
-        "its tuned ratio), without tuning: AES(lead) - AES(lead_static) >= -0.05",
-        parts=(
-            Comparison(
-                regime="tight", treatment="lead", control="lead_static", metric="aes", relation=">=", bound=-0.05
-            ),
-        ),
-    ),
-    Claim(
-        id="d",
-        text="tight regime: MEDS raises pass@64 on trap prompts over DAPO with pass@1 within 1 point, and lowers "
-        "the top-1 eigen ratio of wrong-answer fingerprints",
-        parts=(
-            Comparison(regime="tight", treatment="meds", control="dapo", metric="trap_pass@64", relation=">"),
-            Comparison(regime="tight", treatment="meds", control="dapo", metric="accuracy", relation=">=", bound=-0.01),
-            Comparison(regime="tight", treatment="meds", control="dapo", metric="wrong_eigen_ratio", relation="<"),
-        ),
-    ),
-    Claim(
-        id="e",
-        text="tight regime: HDBSCAN clustering beats a single cluster per bank (meds vs meds_single_cluster, "
-        "pass@1 = accuracy, the metric of the paper's clustering ablation)",
-        parts=(
-            Comparison(
-                regime="tight", treatment="meds", control="meds_single_cluster", metric="accuracy", relation=">"
-            ),
-        ),
-    ),
-)
-
 
 def verdict(interval: Interval, relation: str, bound: float = 0.0) -> str:
     """holds / fails / inconclusive of ``difference relation bound`` from the interval (module docstring)."""
@@ -291,7 +256,7 @@ def evaluate_claims(
     runs: Mapping[tuple[str, str], Mapping[int, Mapping[str, Any]]],
     best_global: Mapping[str, str],
     *,
-    claims: tuple[Claim, ...] = CLAIMS,
+    claims: Sequence[Claim],
     n_boot: int = 2000,
 ) -> list[dict[str, Any]]:
     """Every claim's verdict, estimate and interval (those of its first comparison) and its parts.
@@ -299,6 +264,7 @@ def evaluate_claims(
     Args:
         runs: (regime, method) -> {seed: eval.json of the test-split run}.
         best_global: regime -> the chosen global-threshold baseline.
+        claims: the study file's claims (``ComparisonPlan.claims``).
     """
     out = []
     for claim in claims:

@@ -1,5 +1,6 @@
-"""The follow-up study's decision rules: a margin per part, the ceiling rule, Holm's step-down over all parts,
-and the power a number of paired seeds gives (pure functions; ``study.followup`` holds the parts).
+"""Decision rules for claims with margins (a study file's ``decide = "holm"``): a margin per part, the ceiling
+rule, Holm's step-down over all parts, and the power a number of paired seeds gives (pure functions; the study file
+holds the parts, ``study.preregistration`` applies them).
 
 A *part* is ``treatment - control  relation  bound`` on per-seed paired differences d_1..d_n. Its margin m > 0
 fixes the bound:

@@ -1,11 +1,12 @@
 """``dynashape results OUT``: which page a comparison folder gets, written only once its runs are shown to have
 been evaluated as its plan registered.
 
-The page is the one its study file names (``page``, ``PAGES``): ``v1``, the first comparison's claims
-(``results``); ``v2``, the follow-up's pre-registered page (``followup_results``); ``field``, the field's
-descriptive page beside its controls, the follow-up's GRPO and LEAD runs (``field_results``); ``generic``, a table
-per regime against the file's baseline row (``generic_page``). An ad-hoc comparison (``--methods``, no plan) gets
-v1's page without claims. Every page records, beside the plan's evaluation, each run's own (its config.yaml);
+The page is the one its study file names (``page``, ``PAGES``): ``claims``, claims decided by their intervals
+(``results``; the first comparison's); ``holm``, claims with margins decided by Holm's step-down, the registration
+kept verbatim (``holm_page``; the follow-up's); ``controls``, a descriptive page of rows beside another study's
+control runs (``field_results``; the field comparison's); ``generic``, a table per regime against the file's
+baseline row (``generic_page``). An ad-hoc comparison (``--methods``, no plan) gets the claims page without claims.
+Every page records, beside the plan's evaluation, each run's own (its config.yaml);
 where they differ no verdict is written unless the caller asks for a page marked as deviating.
 """
 
@@ -80,19 +81,19 @@ class Page(NamedTuple):
     """The page keeps a committed page's plan block (so ``dynashape compare`` writes it only with ``--report``)."""
 
 
-def _v1(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: Any, n_boot: int, controls: Any) -> Any:
+def _claims(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: Any, n_boot: int, controls: Any) -> Any:
     from dynashape.study.results import write_results
 
-    return write_results(out, report, n_boot=n_boot, evaluation=evaluation, registered=plan is not None)
+    return write_results(out, report, n_boot=n_boot, evaluation=evaluation, claims=plan.claims if plan else None)
 
 
-def _v2(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: Any, n_boot: int, controls: Any) -> Any:
-    from dynashape.study.followup_results import write_followup_results
+def _holm(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: Any, n_boot: int, controls: Any) -> Any:
+    from dynashape.study.holm_page import write_holm_results
 
-    return write_followup_results(out, report, n_boot=n_boot, evaluation=evaluation)
+    return write_holm_results(out, report, plan, n_boot=n_boot, evaluation=evaluation)  # type: ignore[arg-type]
 
 
-def _field(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: Any, n_boot: int, controls: Any) -> Any:
+def _controls(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: Any, n_boot: int, controls: Any) -> Any:
     from dynashape.study.field_results import write_field_results
 
     return write_field_results(out, report, controls=controls, evaluation=evaluation)
@@ -105,9 +106,9 @@ def _generic(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: A
 
 
 PAGES: Mapping[str, Page] = {
-    "v1": Page(_v1),
-    "v2": Page(_v2),
-    "field": Page(_field, keeps_committed_page=True),
+    "claims": Page(_claims),
+    "holm": Page(_holm),
+    "controls": Page(_controls, keeps_committed_page=True),
     "generic": Page(_generic),
 }
 """page kind (a study file's ``page``, ``plan_file.PAGE_KINDS``) -> its writer."""
@@ -147,5 +148,5 @@ def write_page(
             + "; ".join(evaluation["deviations"])
             + ". No verdict is written; --deviating writes a page marked as deviating"
         )
-    page = PAGES[plan.page if plan else "v1"]
+    page = PAGES[plan.page if plan else "claims"]
     return page.write(out, Path(report), plan, evaluation, n_boot, controls)

@@ -3,7 +3,7 @@
 The format, with a copyable example, is in docs/comparison.md ("A study is a data file"). In short::
 
     name = "my-study"          # recorded in comparison.json
-    page = "generic"           # the results page: v1, v2, field (the committed studies') or generic
+    page = "generic"           # the results page: claims, holm, controls or generic
     baseline = "grpo"          # generic page: the row every other is compared with, per seed
     seeds = [0, 1]             # paired seeds of every row
     tune = false               # tune rows with a tuning grid on the validation split (default true)
@@ -36,7 +36,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dynashape.study.claims import BEST_GLOBAL
+from dynashape.study.claim_entries import parse_claims
+from dynashape.study.claims import BEST_GLOBAL, Claim, Part
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -54,10 +55,11 @@ __all__ = [
     "studies_dir",
 ]
 
-PAGE_KINDS = ("v1", "v2", "field", "generic")
+PAGE_KINDS = ("claims", "holm", "controls", "generic")
 """The results pages a study can ask for (``study.pages``): the three committed studies' and a generic table."""
 TOP_KEYS = (
     "name", "page", "report", "description", "seeds", "tune", "tuning_seeds", "eval", "rows", "baseline", "controls",
+    "decide", "alpha", "best_global", "claims", "frozen",
 )  # fmt: skip
 ROW_KEYS = ("method", "fixed", "sweep", "seeds")
 CONTROL_KEYS = ("folder", "rows")
@@ -91,7 +93,7 @@ class ComparisonPlan:
     """Whether rows with a tuning grid and no fixed value are tuned (on the validation split)."""
     name: str | None = None
     """The study's name (its file's ``name``), recorded in comparison.json; None for an ad-hoc comparison."""
-    page: str = "v1"
+    page: str = "claims"
     """Which results page ``dynashape results`` writes (``study.pages.PAGE_KINDS``)."""
     presets: Mapping[str, str] = field(default_factory=dict)
     """row -> its preset, for rows named otherwise than their preset (a sweep's rows, ``alp@beta=0.1``)."""
@@ -102,6 +104,19 @@ class ComparisonPlan:
     controls: Mapping[str, Any] = field(default_factory=dict)
     """Runs of another study this one pairs with instead of training them (``folder``: that study's folder, a
     sibling of this one's; ``rows``: its rows read at this study's seeds); empty: none."""
+
+    claims: tuple[Claim, ...] = ()
+    """The claims registered before the runs (the file's ``[[claims]]``, ``claim_entries``); none: descriptive."""
+    decide: str | None = None
+    """How the claims are decided: ``interval`` or ``holm`` (``claim_entries.DECISION_RULES``)."""
+    parts: tuple[Part, ...] = ()
+    """``decide = "holm"``: every claim part with its margin, in the file's order."""
+    alpha: float = 0.05
+    """``decide = "holm"``: the family-wise level of Holm's step-down."""
+    frozen: str | None = None
+    """A JSON file of data fixed before the runs, beside the committed studies (``preregistration.frozen_data``)."""
+    best_global: Mapping[str, str] = field(default_factory=dict)
+    """regime -> the global-threshold baseline an earlier study chose, a control on the page (``BEST_GLOBAL``)."""
 
     def preset(self, row: str) -> str:
         """The preset ``row`` trains (its own name unless ``presets`` names another)."""
@@ -197,6 +212,9 @@ def parse_plan(data: Mapping[str, Any], where: str) -> ComparisonPlan:
     if data["page"] == "generic" and any(BEST_GLOBAL in names for names in rows.values()):
         raise _fail(where, "rows", BEST_GLOBAL, "the generic page reads rows by name; name the baseline you mean")
     baseline = _baseline(where, data.get("baseline"), data["page"], rows)
+    claims, parts = ((), ())
+    if "claims" in data or "decide" in data:
+        claims, parts = parse_claims(where, data.get("claims"), data.get("decide"), rows)
     return ComparisonPlan(
         rows=rows,
         seeds=seeds,
@@ -211,7 +229,34 @@ def parse_plan(data: Mapping[str, Any], where: str) -> ComparisonPlan:
         baseline=baseline,
         report=report,
         controls=_controls(where, data.get("controls")),
+        claims=claims,
+        decide=data.get("decide"),
+        parts=parts,
+        alpha=_alpha(where, data.get("alpha", 0.05)),
+        best_global=_best_global(where, data.get("best_global", {}), rows),
+        frozen=_frozen(where, data.get("frozen")),
     )
+
+
+def _frozen(where: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not (studies_dir() / value).is_file()):
+        raise _fail(where, "frozen", value, f"must name a JSON file in {studies_dir()}")
+    return value
+
+
+def _alpha(where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise _fail(where, "alpha", value, "must be a level in (0, 1)")
+    return float(value)
+
+
+def _best_global(where: str, value: Any, rows: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise _fail(where, "best_global", value, "must be a table of regime = row")
+    for regime, row in value.items():
+        if regime not in rows or row not in rows[regime]:
+            raise _fail(where, f"best_global.{regime}", row, "must name a row of that regime")
+    return dict(value)
 
 
 def _seeds(where: str, value: Any) -> tuple[int, ...]:

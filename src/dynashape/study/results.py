@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from dynashape.io import state
-from dynashape.study.claims import GLOBAL_THRESHOLD_BASELINES, evaluate_claims, metric_per_problem, metric_value
+from dynashape.study.claims import GLOBAL_THRESHOLD_BASELINES, Claim, evaluate_claims, metric_per_problem, metric_value
 from dynashape.study.results_page import TABLE_METRICS, kept_claims, results_markdown
 from dynashape.study.stats import hierarchical_bootstrap, mean_sd, paired_values, t_interval
 from dynashape.study.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
@@ -204,6 +204,7 @@ def build_results(
     n_boot: int = 2000,
     summary_metrics: Sequence[str] = SUMMARY_METRICS,
     best_global: Mapping[str, str] | None = None,
+    claims: Sequence[Claim] = (),
 ) -> dict[str, Any]:
     """Everything results.json holds, from the comparison folder ``out`` (``summary_metrics``: the per-row
     metrics of ``summary``; ``best_global``: regime -> the global-threshold control an earlier study chose, for a
@@ -247,7 +248,7 @@ def build_results(
         "summary": _summary(runs, n_boot, summary_metrics),
         "differences": _differences(runs, controls, n_boot),
         "per_difficulty": _per_difficulty(runs, n_boot),
-        "claims": evaluate_claims(runs, best_global, n_boot=n_boot),
+        "claims": evaluate_claims(runs, best_global, claims=claims, n_boot=n_boot),
         "published": {"lead": PUBLISHED_LEAD, "meds": PUBLISHED_MEDS},
     }
 
@@ -258,15 +259,16 @@ def write_results(
     *,
     n_boot: int = 2000,
     evaluation: Mapping[str, Any] | None = None,
-    registered: bool = True,
+    claims: Sequence[Claim] | None = None,
 ) -> list[Path]:
     """Write ``report`` (markdown), the JSON beside it (same stem) and its plots (folder of the same stem);
     returns the paths written. ``evaluation``: the plan's and the runs' own evaluation settings
-    (``pages.evaluation_record``), kept in the JSON. ``registered``: the folder ran a plan with v1's claims
-    (False: an ad-hoc comparison, whose page has no claims, verdicts or tuning it did not run).
+    (``pages.evaluation_record``), kept in the JSON. ``claims``: the claims of the plan the folder ran (its
+    study file's; None: an ad-hoc comparison, whose page has no claims, verdicts or tuning it did not run).
     ``pages.write_page`` chooses the page and checks the evaluation."""
     report = Path(report)
-    results = build_results(out, n_boot=n_boot)
+    registered = claims is not None
+    results = build_results(out, n_boot=n_boot, claims=claims or ())
     if evaluation is not None:
         results["evaluation"] = dict(evaluation)
     if not registered:
@@ -281,7 +283,7 @@ def write_results(
     except ImportError:  # matplotlib missing: tables only
         pass
     rel = [str(p.relative_to(report.parent)) for p in written]
-    claims_text = kept_claims(report) if registered else None
+    claims_text = kept_claims(report, claims or ()) if registered else None
     json_path = report.with_suffix(".json")
     state.write_text(json_path, json.dumps(json_clean(results), indent=1, allow_nan=False))
     state.write_text(report, results_markdown(results, claims_text, rel))

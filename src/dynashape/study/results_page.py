@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dynashape.core.text import counted
-from dynashape.study.claims import CLAIMS, METRICS, MIN_SEEDS
+from dynashape.study.claims import METRICS, MIN_SEEDS, Claim
 from dynashape.study.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
 
 __all__ = [
@@ -44,7 +44,7 @@ def fmt_interval(lo: float | None, hi: float | None, digits: int = 3) -> str:
     return "n/a" if lo is None or hi is None or lo != lo else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
-def claims_section() -> str:
+def claims_section(claims: Sequence[Claim]) -> str:
     """The pre-registered claims as markdown (the default of the kept section)."""
     lines = [
         "## Claims (pre-registered)",
@@ -58,7 +58,7 @@ def claims_section() -> str:
         "neither the world nor the method defaults are tuned to change a verdict.",
         "",
     ]
-    for claim in CLAIMS:
+    for claim in claims:
         lines.append(f"- **({claim.id})** {claim.text}.")
         for p in claim.parts:
             lines.append(f"  - {p.regime}: {METRICS[p.metric]}: `{p.treatment} - {p.control} {p.relation} {p.bound:g}`")
@@ -97,8 +97,9 @@ def deviation_lines(evaluation: Mapping[str, Any] | None, notes: str = "") -> li
     return lines
 
 
-def kept_claims(path: Path) -> str:
-    return kept_block(path, CLAIMS_BEGIN, CLAIMS_END) or claims_section()
+def kept_claims(path: Path, claims: Sequence[Claim] = ()) -> str:
+    """The claims block kept in the page at ``path``, or the ``claims`` as a new block (``claims_section``)."""
+    return kept_block(path, CLAIMS_BEGIN, CLAIMS_END) or claims_section(claims)
 
 
 def fmt_clock(seconds: float | None) -> str:

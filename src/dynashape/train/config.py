@@ -402,7 +402,7 @@ class EvalConfig:
     passk_keys: tuple[str, ...] | None = None
     """The pass@k subset named by problem keys (``Problem.key``) of the evaluated split, in this order, instead of
     the world's hard-and-trap choice (``passk_hard`` / ``passk_trap`` are then unused); a study fixes its subset
-    by a stated rule before its runs (``study.followup``). None: the world's choice."""
+    by a stated rule before its runs (``study.preregistration``). None: the world's choice."""
     fingerprint_layers: int | None = TRAINER_FINGERPRINT_LAYERS
     """Layers of the wrong answers' MEDS fingerprints (eigen ratio); None = none."""
     split: str = "test"

@@ -1,5 +1,5 @@
 """The follow-up comparison's results (``dynashape results OUT`` on a folder of ``--plan v2``): results-v2.json in
-results.json's schema with the follow-up's claims (``followup.decide_claims``: every part's seeds, per-seed
+results.json's schema with the follow-up's claims (``preregistration.decide_claims``: every part's seeds, per-seed
 differences, n, p, Holm's p, power), its page (the pre-registration kept verbatim) and its plots.
 
 A pure function of the files the runner wrote (runs.json, comparison.json, each run's eval.json), so partial
@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from dynashape.io import state
-from dynashape.study import followup
+from dynashape.study import preregistration
 from dynashape.study.claims import METRICS, metric_value
 from dynashape.study.decide import MIN_SEEDS
+from dynashape.study.plan_file import ComparisonPlan
 from dynashape.study.results import SUMMARY_METRICS, build_results, json_clean, load_runs, runs_by_row
 from dynashape.study.results_page import (
     CLAIMS_BEGIN,
@@ -33,26 +34,25 @@ from dynashape.study.results_page import (
     summary_cells,
 )
 
-__all__ = ["FOLLOWUP_METRICS", "V1_BEST_GLOBAL", "build_followup_results", "write_followup_results"]
+__all__ = ["HOLM_METRICS", "build_holm_results", "write_holm_results"]
 
-V1_BEST_GLOBAL: Mapping[str, str] = {"tight": "grpo_length", "loose": "gdpo"}
 """v1's best_global per regime (validation AES, docs/results.json), the control the follow-up's parts name."""
-FOLLOWUP_METRICS = (
+HOLM_METRICS = (
     *(m for m in SUMMARY_METRICS if m != "trap_pass@64"),
     "trap_pass@8",
     "trap_pass@32",
 )
 
 
-def build_followup_results(
-    out: str | Path, *, n_boot: int = 2000, evaluation: Mapping[str, Any] | None = None
+def build_holm_results(
+    out: str | Path, study: ComparisonPlan, *, n_boot: int = 2000, evaluation: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """Everything results-v2.json holds, from the follow-up's folder ``out``; ``evaluation``: the registered and
     each run's own evaluation settings (``pages.evaluation_record``), kept beside the plan's."""
-    results = build_results(out, n_boot=n_boot, summary_metrics=FOLLOWUP_METRICS, best_global=V1_BEST_GLOBAL)
+    results = build_results(out, n_boot=n_boot, summary_metrics=HOLM_METRICS, best_global=study.best_global)
     runs = runs_by_row(load_runs(out))
     meta = state.read_json(Path(out) / "comparison.json")
-    plan = followup.load_plan()
+    plan = preregistration.frozen_data(study)
     for entry in results["runs"]:  # the subset's pass@k at the claims' k, beside v1's pass@64
         ev = runs[(entry["regime"], entry["method"])][entry["seed"]]
         for metric in ("trap_pass@8", "trap_pass@32"):
@@ -63,18 +63,17 @@ def build_followup_results(
                 "name": meta.get("plan"),
                 "row_seeds": meta.get("row_seeds"),
                 "fixed": meta.get("fixed"),
-                "evaluation": {k: v for k, v in followup.eval_overrides().items() if k != "passk_keys"},
+                "evaluation": {k: v for k, v in study.eval.items() if k != "passk_keys"},
                 "passk_keys": plan["subset"]["keys"],
                 "subset_rule": plan["subset"]["rule"],
                 "base_sha256": plan["subset"]["candidates"]["base_sha256"],
                 "power": plan["power"],
             },
-            "best_global": dict(V1_BEST_GLOBAL),
-            "claims": followup.decide_claims(runs),
+            "best_global": dict(study.best_global),
+            "claims": preregistration.decide_claims(runs, study),
             "rules": {
                 "test": "two-sided one-sample t-test of the mean paired difference against the part's bound",
-                "multiplicity": f"Holm's step-down over {len(followup.PARTS)} parts, family-wise alpha "
-                f"{followup.ALPHA}",
+                "multiplicity": f"Holm's step-down over {len(study.parts)} parts, family-wise alpha {study.alpha}",
                 "ceiling": "all paired differences equal: inconclusive (p = 1 in Holm)",
                 "min_seeds": MIN_SEEDS,
             },
@@ -173,8 +172,9 @@ def _summary_lines(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def followup_markdown(
+def holm_markdown(
     results: Mapping[str, Any],
+    study: ComparisonPlan,
     kept: str,
     plots: Sequence[str] = (),
     notes: str = "",
@@ -216,7 +216,7 @@ def followup_markdown(
         "",
         "Observed power: what the part's seeds gave at its margin with its own observed sd (not the planned "
         "power, which used v1's sd), at the planning level "
-        f"{followup.planning_alpha():g}. The controls: grpo, and v1's best_global "
+        f"{preregistration.planning_alpha(study):g}. The controls: grpo, and v1's best_global "
         + ", ".join(f"{m} ({r})" for r, m in sorted(results["best_global"].items()))
         + ", trained at v1's tuned values.",
         "",
@@ -298,12 +298,17 @@ def plot_paired_differences(results: Mapping[str, Any], folder: Path) -> list[Pa
     return [path]
 
 
-def write_followup_results(
-    out: str | Path, report: str | Path, *, n_boot: int = 2000, evaluation: Mapping[str, Any] | None = None
+def write_holm_results(
+    out: str | Path,
+    report: str | Path,
+    study: ComparisonPlan,
+    *,
+    n_boot: int = 2000,
+    evaluation: Mapping[str, Any] | None = None,
 ) -> list[Path]:
     """Write the follow-up's page ``report``, its JSON (same stem) and plots (folder of the same stem)."""
     report = Path(report)
-    results = build_followup_results(out, n_boot=n_boot, evaluation=evaluation)
+    results = build_holm_results(out, study, n_boot=n_boot, evaluation=evaluation)
     plot_dir = report.with_suffix("")
     written: list[Path] = []
     try:
@@ -315,12 +320,12 @@ def write_followup_results(
     if CLAIMS_BEGIN in (report.read_text() if report.exists() else ""):
         kept = kept_claims(report)  # the committed pre-registration, verbatim
     else:  # a new page (another --report path): the pre-registration as the code states it
-        from dynashape.study.followup_page import preregistration_markdown
+        from dynashape.study.preregistration_page import preregistration_markdown
 
-        kept = preregistration_markdown().replace(CLAIMS_BEGIN, "").replace(CLAIMS_END, "").strip("\n") + "\n"
+        kept = preregistration_markdown(study).replace(CLAIMS_BEGIN, "").replace(CLAIMS_END, "").strip("\n") + "\n"
     rel = [str(p.relative_to(report.parent)) for p in written]
     state.make_folder(report.parent)
     state.write_text(report.with_suffix(".json"), json.dumps(json_clean(results), indent=1, allow_nan=False))
     notes = kept_block(report, NOTES_BEGIN, NOTES_END)
-    state.write_text(report, followup_markdown(results, kept, rel, notes=notes, page=str(report)))
+    state.write_text(report, holm_markdown(results, study, kept, rel, notes=notes, page=str(report)))
     return [report, report.with_suffix(".json"), *written]

@@ -1,20 +1,16 @@
-"""The follow-up comparison (v2), fixed before its first run: its claims with a margin per part, the power
-analysis from the first comparison's paired seeds, its rows and seeds per row, v1's tuned values, and its
-evaluation (16 samples per test problem, a pass@k subset fixed by a stated rule on the shipped base model).
+"""Claims decided with margins and Holm's step-down (a study file's ``decide = "holm"``), their power analysis
+from an earlier study's paired seeds, and the pass@k subset fixed by a stated rule on the shipped base model: the
+follow-up comparison's protocol (studies/v2.toml), written before its first run.
 
-The same questions as v1's claims (a)-(e) (``claims.CLAIMS``), each part restated with a margin
-(``decide.part_bound``): superiority parts keep bound 0 and name the smallest effect of interest; every
-non-inferiority part (``>=`` / ``<=``) gets a margin. v1's ``best_global`` is resolved once, from v1's tuning
-(validation AES): grpo_length in the tight regime, gdpo in the loose one; they and lead_static train at v1's
-tuned values, and nothing is tuned again.
-
-Decisions (``decide``): a two-sided t-test per part against its bound, Holm's step-down over all ``PARTS`` at
-family-wise ``ALPHA``, the ceiling rule, at least ``MIN_SEEDS`` paired seeds. Planning: per part, the seeds that
-give 80 % power at an effect equal to the margin, with v1's paired sd of that part (no credit taken for the
-quieter evaluation), at Bonferroni's level ``ALPHA / len(PARTS)`` (Holm's strictest step, so the power under Holm
-is at least that), clipped to [``MIN_PLANNED``, ``MAX_PLANNED``]; a part that the cap cannot power is said so
-before the runs (``power_table``). A row's seed count is the largest of its parts' (rows no part reads get
-``MIN_PLANNED``); every row takes the first seeds of ``SEEDS``, so rows stay paired.
+Each claim part carries a margin (``decide.part_bound``): superiority parts keep bound 0 and name the smallest
+effect of interest; every non-inferiority part (``>=`` / ``<=``) gets a margin. Decisions (``decide``): a two-sided
+t-test per part against its bound, Holm's step-down over all the plan's parts at family-wise ``alpha``, the ceiling
+rule, at least ``MIN_SEEDS`` paired seeds. Planning: per part, the seeds that give 80 % power at an effect equal to
+the margin, with the earlier study's paired sd of that part (no credit taken for a quieter evaluation), at
+Bonferroni's level ``alpha / len(parts)`` (Holm's strictest step, so the power under Holm is at least that),
+clipped to [``MIN_PLANNED``, ``MAX_PLANNED``]; a part that the cap cannot power is said so before the runs
+(``power_table``). A row's seed count is the largest of its parts' (rows no part reads get ``MIN_PLANNED``); every
+row takes the first of the study's seeds, so rows stay paired.
 """
 
 from __future__ import annotations
@@ -22,157 +18,36 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import numpy as np
 
-from dynashape.study.claims import Claim, Comparison, metric_value
-from dynashape.study.decide import assess_part, holm, part_bound, power, seeds_for_power
+from dynashape.study.claims import Comparison, Part, metric_value
+from dynashape.study.decide import assess_part, holm, power, seeds_for_power
+from dynashape.study.plan_file import ComparisonPlan
 from dynashape.study.stats import paired_values, t_interval
 
 __all__ = [
-    "ALPHA",
-    "CLAIMS_V2",
-    "FIXED_VALUES",
     "MAX_PLANNED",
     "MIN_PLANNED",
-    "PARTS",
-    "ROWS",
-    "SEEDS",
     "SELECTION_SEED",
     "SUBSET_RULE",
-    "Part",
     "base_pass_at_8",
     "choose_passk_subset",
     "decide_claims",
-    "eval_overrides",
-    "load_plan",
+    "frozen_data",
     "planning_alpha",
     "power_table",
     "row_seeds",
 ]
 
-ALPHA = 0.05
 MIN_PLANNED, MAX_PLANNED = 8, 20
 TARGET_POWER = 0.8
-SEEDS: tuple[int, ...] = tuple(range(5, 5 + MAX_PLANNED))
-"""New seeds: v1's test seeds were 0-4 and its tuning seeds 100-101."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class Part:
-    """One comparison of a claim with its margin: ``treatment - control  relation  bound`` with the bound
-    ``decide.part_bound(relation, margin)``."""
-
-    id: str
-    comparison: Comparison
-    margin: float
-    """Superiority: the smallest effect of interest; non-inferiority: the margin (in the metric's units)."""
-    why: str
-    """Where the margin comes from."""
-    v1_metric: str | None = None
-    """The metric of v1's runs that stands in for the part's own in the power analysis (None: the same)."""
-
-    def __post_init__(self) -> None:
-        want = part_bound(self.comparison.relation, self.margin)
-        if self.comparison.bound != want:
-            raise ValueError(f"part {self.id}: bound {self.comparison.bound} is not the margin's bound {want}")
-
-
-def _part(
-    id: str, regime: str, treatment: str, control: str, metric: str, relation: str, margin: float, why: str, **kw: Any
-) -> Part:
-    comparison = Comparison(
-        regime=regime,
-        treatment=treatment,
-        control=control,
-        metric=metric,
-        relation=relation,
-        bound=part_bound(relation, margin),
-    )
-    return Part(id=id, comparison=comparison, margin=margin, why=why, **kw)
-
-
-AES_EFFECT = "0.10 AES: 10 % shorter at equal accuracy, or about 3 % more accuracy (AES weights accuracy 3:1)"
-PARTS: tuple[Part, ...] = (
-    _part("a1", "tight", "lead", "grpo_length", "aes", ">", 0.10, AES_EFFECT),
-    _part("a2", "tight", "lead", "grpo", "accuracy", ">=", 0.01, "1 accuracy point (v1's (d) margin)"),
-    _part(
-        "b1", "loose", "lead", "grpo", "mean_length", "<", 2.0, "2 tokens, 3 % of the base's mean length (65.9 tokens)"
-    ),
-    _part("b2", "loose", "lead", "grpo", "accuracy@hardest", ">=", 0.02, "2 accuracy points (v1's bound)"),
-    _part(
-        "b3",
-        "loose",
-        "lead",
-        "gdpo",
-        "mean_length@easiest",
-        "<=",
-        1.0,
-        "1 token, 4 % of the easiest problems' length (about 24 tokens)",
-    ),
-    _part("c1", "tight", "lead", "lead_static", "aes", ">=", 0.05, "0.05 AES (v1's bound)"),
-    _part(
-        "d1",
-        "tight",
-        "meds",
-        "dapo",
-        "trap_pass@32",
-        ">",
-        0.05,
-        "5 points of pass@32",
-        v1_metric="trap_pass@32",  # v1's 64 samples on its 6 trap prompts give the same metric on a smaller subset
-    ),
-    _part("d2", "tight", "meds", "dapo", "accuracy", ">=", 0.01, "1 accuracy point (v1's bound)"),
-    _part(
-        "d3",
-        "tight",
-        "meds",
-        "dapo",
-        "wrong_eigen_ratio",
-        "<",
-        0.05,
-        "0.05 of the top-1 eigen ratio (a ratio in [0, 1])",
-    ),
-    _part(
-        "e1", "tight", "meds", "meds_single_cluster", "accuracy", ">", 0.01, "1 accuracy point (the paper's ablation)"
-    ),
-)
-
-_TEXTS = {
-    "a": "tight regime: LEAD's AES is above the best tuned global-threshold baseline's (v1's best_global, "
-    "grpo_length), and its accuracy is not below plain GRPO's at the same budget by more than the margin",
-    "b": "loose regime: LEAD ends shorter than plain GRPO; on the hardest difficulty its accuracy is within 2 points "
-    "of GRPO's; it cuts the easiest problems' length at least as much as the best global-threshold baseline (v1's "
-    "best_global, gdpo), within the margin",
-    "c": "tight regime: dynamic weighting (lead) is not worse than the best static ratio (lead_static at v1's tuned "
-    "ratio) by more than 0.05 AES, without tuning",
-    "d": "tight regime: MEDS raises pass@32 on the trap prompts of the pass@k subset over DAPO, with pass@1 not "
-    "below DAPO's by more than 1 point, and lowers the top-1 eigen ratio of wrong-answer fingerprints",
-    "e": "tight regime: HDBSCAN clustering beats a single cluster per bank (meds vs meds_single_cluster, pass@1)",
-}
-CLAIMS_V2: tuple[Claim, ...] = tuple(
-    Claim(id=cid, text=text, parts=tuple(p.comparison for p in PARTS if p.id[0] == cid)) for cid, text in _TEXTS.items()
-)
-
-ROWS: Mapping[str, tuple[str, ...]] = {
-    "tight": ("grpo", "lead", "lead_static", "grpo_length", "gdpo", "dapo", "meds", "meds_single_cluster"),
-    "loose": ("grpo", "lead", "gdpo"),
-}
-FIXED_VALUES: Mapping[str, Mapping[str, Any]] = {
-    # v1's chosen values (results/comparison/tuning.json, validation split); reused, never tuned again
-    "tight/grpo_length": {"shaper_kwargs": {"threshold": 25}},
-    "tight/gdpo": {"length_threshold": 50},
-    "tight/lead_static": {"shaper_kwargs": {"static_lambda_c": 0.8}},
-    "loose/gdpo": {"length_threshold": 82},
-}
-
-
-def planning_alpha() -> float:
-    """The level the seeds are planned at: Bonferroni's ``ALPHA / len(PARTS)``, Holm's strictest step."""
-    return ALPHA / len(PARTS)
+def planning_alpha(plan: ComparisonPlan) -> float:
+    """The level the seeds are planned at: Bonferroni's ``alpha / len(parts)``, Holm's strictest step."""
+    return plan.alpha / len(plan.parts)
 
 
 RunMap = Mapping[tuple[str, str], Mapping[int, Mapping[str, Any]]]
@@ -187,11 +62,13 @@ def _differences(comparison: Comparison, runs: RunMap, metric: str | None = None
 
 
 # ------------------------------------------------------------------------------------------- decisions
-def decide_claims(runs: RunMap, *, parts: Sequence[Part] = PARTS, alpha: float = ALPHA) -> list[dict[str, Any]]:
-    """Every claim's verdict from its parts' t-tests with Holm's step-down over all ``parts`` (``decide``).
+def decide_claims(runs: RunMap, plan: ComparisonPlan) -> list[dict[str, Any]]:
+    """Every claim's verdict from its parts' t-tests with Holm's step-down over all the plan's parts at its
+    ``alpha`` (``decide``).
 
     Args:
-        runs: (regime, method) -> {seed: eval.json} of the follow-up's test-split runs.
+        runs: (regime, method) -> {seed: eval.json} of the study's test-split runs.
+        plan: a study with ``decide = "holm"`` (its ``claims`` and ``parts``).
 
     Returns: one dict per claim (``id``, ``text``, ``verdict``, ``parts``); each part has its ``estimate``, 95 %
     t-interval (unadjusted, for reading), ``p_value``, Holm's ``p_adjusted``, ``verdict``, ``n``, ``seeds``,
@@ -199,7 +76,7 @@ def decide_claims(runs: RunMap, *, parts: Sequence[Part] = PARTS, alpha: float =
     ``planning_alpha`` (``reason`` when it could not be tested).
     """
     tests, rows = [], []
-    for part in parts:
+    for part in plan.parts:
         diffs = _differences(part.comparison, runs)
         res = assess_part(list(diffs.values()), part.comparison.bound)
         tests.append(res)
@@ -217,18 +94,18 @@ def decide_claims(runs: RunMap, *, parts: Sequence[Part] = PARTS, alpha: float =
                 "differences": [diffs[s] for s in sorted(diffs)],
                 "sd": None if res.n < 2 else res.sd,
                 "p_value": res.p_value,
-                "power": power(res.n, res.sd, part.margin, planning_alpha()) if res.n >= 2 and res.sd > 0 else None,
+                "power": power(res.n, res.sd, part.margin, planning_alpha(plan)) if res.n >= 2 and res.sd > 0 else None,
                 **({"reason": res.reason} if res.reason else {}),
             }
         )
-    adjusted, rejected = holm([t.p_value for t in tests], alpha)
+    adjusted, rejected = holm([t.p_value for t in tests], plan.alpha)
     for row, t, p_adj, rej in zip(rows, tests, adjusted, rejected):
         on_side = t.estimate > row["bound"] if row["relation"] in (">", ">=") else t.estimate < row["bound"]
         row["p_adjusted"] = float(p_adj)
         row["verdict"] = ("holds" if on_side else "fails") if rej else "inconclusive"
     out = []
-    for claim in CLAIMS_V2:
-        mine = [r for r in rows if r["part"][0] == claim.id]
+    for claim in plan.claims:
+        mine = [r for r, p in zip(rows, plan.parts) if p.comparison in claim.parts]
         verdicts = [r["verdict"] for r in mine]
         overall = "fails" if "fails" in verdicts else "holds" if verdicts and all(v == "holds" for v in verdicts) else (
             "inconclusive"
@@ -242,16 +119,16 @@ def _v1_differences(part: Part, runs: RunMap) -> dict[int, float]:
     return _differences(part.comparison, runs, part.v1_metric)
 
 
-def power_table(runs: RunMap) -> list[dict[str, Any]]:
+def power_table(runs: RunMap, plan: ComparisonPlan) -> list[dict[str, Any]]:
     """Per part: v1's paired sd, the seeds for 80 % power at the margin (``planning_alpha``), the seeds planned
     (clipped to [MIN_PLANNED, MAX_PLANNED]) and the power they give at that level and at ``ALPHA``.
 
     Args:
         runs: v1's (regime, method) -> {seed: eval.json} of its test-split runs (``results.load_runs``).
     """
-    level = planning_alpha()
+    level = planning_alpha(plan)
     out = []
-    for part in PARTS:
+    for part in plan.parts:
         diffs = list(_v1_differences(part, runs).values())
         sd = float(np.std(diffs, ddof=1)) if len(diffs) > 1 else math.nan
         needed = seeds_for_power(sd, part.margin, level, target=TARGET_POWER) if sd > 0 else None
@@ -266,19 +143,19 @@ def power_table(runs: RunMap) -> list[dict[str, Any]]:
                 "needed": needed,
                 "planned": planned,
                 "power_planned": power(planned, sd, part.margin, level) if sd > 0 else None,
-                "power_planned_at_alpha": power(planned, sd, part.margin, ALPHA) if sd > 0 else None,
+                "power_planned_at_alpha": power(planned, sd, part.margin, plan.alpha) if sd > 0 else None,
                 "decidable": needed is not None and needed <= MAX_PLANNED,
             }
         )
     return out
 
 
-def row_seeds(table: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+def row_seeds(table: Sequence[Mapping[str, Any]], plan: ComparisonPlan) -> dict[str, int]:
     """Seeds of each row ("regime/method"): the largest planned count of the parts that read it, else
     ``MIN_PLANNED``."""
     planned = {t["part"]: int(t["planned"]) for t in table}
-    out = {f"{regime}/{m}": MIN_PLANNED for regime, methods in ROWS.items() for m in methods}
-    for part in PARTS:
+    out = {f"{regime}/{m}": MIN_PLANNED for regime, methods in plan.rows.items() for m in methods}
+    for part in plan.parts:
         c = part.comparison
         for method in (c.treatment, c.control):
             key = f"{c.regime}/{method}"
@@ -365,17 +242,13 @@ def _sample(base: Any, problems: Sequence[Any], verifier: Any, cfg: Any, samples
     )
 
 
-PLAN_FILE = "followup.json"
+def frozen_data(study: ComparisonPlan) -> dict[str, Any]:
+    """A study's data frozen before its runs (its file's ``frozen``, a JSON file beside the committed studies:
+    ``studies/v2-frozen.json``, made once by ``scripts/followup_plan.py``): ``subset`` (the pass@k subset's
+    ``keys`` and every candidate's base pass@8, the rule, the seed, the base model's sha256), ``power``
+    (``power_table`` of the earlier study's runs) and ``row_seeds``; empty for a study without one."""
+    from dynashape.study.plan_file import studies_dir
 
-
-def load_plan() -> dict[str, Any]:
-    """The follow-up's frozen data (package data ``study/followup.json``, made once before the runs by
-    ``scripts/followup_plan.py``): ``subset`` (the pass@k subset's ``keys`` and every candidate's base pass@8, the
-    rule, the seed, the base model's sha256), ``power`` (``power_table`` of v1's runs) and ``row_seeds``."""
-    return json.loads(resources.files("dynashape.study").joinpath(PLAN_FILE).read_text())
-
-
-def eval_overrides() -> dict[str, Any]:
-    """The follow-up's ``EvalConfig`` fields: 16 samples per test problem, 64 per problem of the fixed subset
-    (pass@8 and pass@32 from them)."""
-    return {"n_samples": 16, "passk_samples": 64, "passk_keys": tuple(load_plan()["subset"]["keys"])}
+    if not study.frozen:
+        return {}
+    return json.loads((studies_dir() / study.frozen).read_text())

@@ -8,9 +8,10 @@ import json
 import pytest
 import yaml
 
-from dynashape.study import followup
+from dynashape.study import preregistration as followup
+from dynashape.study.compare import COMPARISON_PLAN
 from dynashape.study.evaluation_check import EvaluationMismatchError
-from dynashape.study.followup_results import post_hoc_reading
+from dynashape.study.holm_page import post_hoc_reading
 from dynashape.study.pages import write_page as write_results
 from dynashape.study.results_page import CLAIMS_BEGIN, CLAIMS_END
 
@@ -52,7 +53,7 @@ def v2_folder(tmp_path):
             run_dir = out / "runs" / "tight" / f"{method}-seed{5 + i}"
             run_dir.mkdir(parents=True)
             (run_dir / "eval.json").write_text(json.dumps(_ev(aes, acc)))
-            _write_eval_config(run_dir, followup.eval_overrides())
+            _write_eval_config(run_dir, COMPARISON_PLAN["v2"].eval)
             records.append(
                 {"method": method, "regime": "tight", "seed": 5 + i, "split": "test", "point": "",
                  "run_dir": str(run_dir.relative_to(out)), "status": "trained"}
@@ -78,12 +79,12 @@ def test_a_v2_folder_gets_the_followup_page_with_holm_verdicts(v2_folder, tmp_pa
     # the whole decision is followup.decide_claims's on the same runs
     from dynashape.study.results import load_runs, runs_by_row
 
-    again = followup.decide_claims(runs_by_row(load_runs(v2_folder)))
+    again = followup.decide_claims(runs_by_row(load_runs(v2_folder)), COMPARISON_PLAN["v2"])
     assert [p["verdict"] for c in again for p in c["parts"]] == [
         p["verdict"] for c in data["claims"] for p in c["parts"]
     ]
     assert data["best_global"] == {"tight": "grpo_length", "loose": "gdpo"}
-    assert data["plan"]["passk_keys"] == followup.load_plan()["subset"]["keys"]
+    assert data["plan"]["passk_keys"] == list(COMPARISON_PLAN["v2"].eval["passk_keys"])
     assert {r["method"] for r in data["runs"]} == set(ROWS) and all("trap_pass@32" in r["final"] for r in data["runs"])
     text = report.read_text()
     assert "Partial results: 18 of the 20 planned runs" in text

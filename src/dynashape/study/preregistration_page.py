@@ -1,4 +1,4 @@
-"""The follow-up's page (docs/results-v2.md): its pre-registered section, written from ``study.followup`` and its
+"""The follow-up's page (docs/results-v2.md): its pre-registered section, written from ``study.preregistration`` and its
 frozen data before the first run and kept verbatim after (``results_page.CLAIMS_BEGIN`` / ``CLAIMS_END``)."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dynashape.study import followup
+from dynashape.study import preregistration
 from dynashape.study.claims import METRICS
+from dynashape.study.plan_file import ComparisonPlan
 from dynashape.study.results_page import CLAIMS_BEGIN, CLAIMS_END
 
 __all__ = ["preregistration_markdown"]
@@ -43,11 +44,12 @@ def _subset_lines(subset: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def preregistration_markdown() -> str:
-    """The section between the claims markers: rules, parts with margins, the power table, rows and seeds."""
-    plan = followup.load_plan()
+def preregistration_markdown(study: ComparisonPlan) -> str:
+    """The section between the claims markers of a ``decide = "holm"`` study: rules, parts with margins, the power
+    table, rows and seeds."""
+    plan = preregistration.frozen_data(study)
     power = {t["part"]: t for t in plan["power"]["parts"]}
-    ev = followup.eval_overrides()
+    ev = study.eval
     lines = [
         CLAIMS_BEGIN,
         "## Pre-registration (written before the first run, kept verbatim)",
@@ -61,8 +63,8 @@ def preregistration_markdown() -> str:
         "superiority part (`>` / `<`) the bound is 0 and m is the smallest effect of interest; for a non-inferiority "
         "part (`>=` / `<=`) the bound is -m / +m.",
         "- Test: two-sided one-sample t-test of the mean paired difference against the bound.",
-        f"- Multiplicity: Holm's step-down over all {len(followup.PARTS)} parts at family-wise alpha "
-        f"{followup.ALPHA}. A rejected part **holds** when its mean lies on the relation's side of the bound and "
+        f"- Multiplicity: Holm's step-down over all {len(study.parts)} parts at family-wise alpha "
+        f"{study.alpha}. A rejected part **holds** when its mean lies on the relation's side of the bound and "
         "**fails** otherwise; a part not rejected is **inconclusive**.",
         "- Ceiling rule: a part whose paired differences are all equal (both arms pinned at an end, e.g. pass@k = 1 "
         "on every seed) is inconclusive. So is a part with fewer than 5 paired seeds. Both enter Holm with p = 1.",
@@ -75,23 +77,23 @@ def preregistration_markdown() -> str:
         "| part | regime | comparison | metric | relation | margin | why this margin |",
         "|---|---|---|---|---|---|---|",
     ]
-    for p in followup.PARTS:
+    for p in study.parts:
         c = p.comparison
         lines.append(
             f"| {p.id} | {c.regime} | {c.treatment} - {c.control} | {METRICS[c.metric]} | `{c.relation} {c.bound:g}` "
             f"| {p.margin:g} | {p.why} |"
         )
     lines += ["", "Claims:", ""]
-    lines += [f"- **({c.id})** {c.text}." for c in followup.CLAIMS_V2]
+    lines += [f"- **({c.id})** {c.text}." for c in study.claims]
     lines += [
         "",
         "### Power analysis (from the first comparison's 5 paired seeds)",
         "",
         f"Per part: the paired sd of v1's seeds 0-4; no credit taken for the quieter evaluation. The seeds for "
-        f"{round(100 * followup.TARGET_POWER)} % power at an effect equal to the margin are computed at "
-        f"Bonferroni's level {followup.ALPHA} / {len(followup.PARTS)} = {followup.planning_alpha():g}. That is "
+        f"{round(100 * preregistration.TARGET_POWER)} % power at an effect equal to the margin are computed at "
+        f"Bonferroni's level {study.alpha} / {len(study.parts)} = {preregistration.planning_alpha(study):g}. That is "
         "Holm's strictest step, so the power under Holm is at least this. The count is clipped to "
-        f"[{followup.MIN_PLANNED}, {followup.MAX_PLANNED}]. Noncentral t: `study.decide.power`.",
+        f"[{preregistration.MIN_PLANNED}, {preregistration.MAX_PLANNED}]. Noncentral t: `study.decide.power`.",
         "",
         "| part | v1 estimate | v1 paired sd | margin | seeds for 80 % | planned | power at planned (alpha/10) "
         "| (alpha 0.05) | decidable at the cap |",
@@ -107,11 +109,11 @@ def preregistration_markdown() -> str:
     if undecidable:
         lines += [
             "",
-            f"Said before the runs: with at most {followup.MAX_PLANNED} seeds, parts {', '.join(undecidable)} "
+            f"Said before the runs: with at most {preregistration.MAX_PLANNED} seeds, parts {', '.join(undecidable)} "
             f"cannot reach 80 % power at their margins if v1's sd holds. They are run at the cap and reported as "
             "they come out. An inconclusive verdict there is what the plan expects.",
         ]
-    d1 = next(p for p in followup.PARTS if p.id == "d1")
+    d1 = next(p for p in study.parts if p.id == "d1")
     lines += [
         "",
         f"d1's metric is new (the subset below). Its sd is v1's {d1.v1_metric} of meds - dapo on v1's 6 trap prompts, "
@@ -120,15 +122,15 @@ def preregistration_markdown() -> str:
         "### Rows, seeds, values",
         "",
         "Each row takes the first n of the seeds "
-        f"{followup.SEEDS[0]}-{followup.SEEDS[-1]}, so every pair of rows shares its seeds (v1 used 0-4, and "
+        f"{study.seeds[0]}-{study.seeds[-1]}, so every pair of rows shares its seeds (v1 used 0-4, and "
         "100-101 for tuning). n is the largest planned count of the parts that read the row, or "
-        f"{followup.MIN_PLANNED} for a row no part reads:",
+        f"{preregistration.MIN_PLANNED} for a row no part reads:",
         "",
         "| row | seeds | value |",
         "|---|---|---|",
     ]
     for row, n in plan["row_seeds"].items():
-        lines.append(f"| {row} | {n} | {_value(followup.FIXED_VALUES.get(row))} |")
+        lines.append(f"| {row} | {n} | {_value(study.fixed.get(row))} |")
     lines += [
         "",
         f"{sum(plan['row_seeds'].values())} runs in all.",
