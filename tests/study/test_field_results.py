@@ -259,10 +259,13 @@ def test_plots_are_written_per_regime_and_linked_from_the_page(folders):
     field, _, page = folders
     written = write_page(field, page)
     names = sorted(p.name for p in written if p.suffix == ".png")
-    assert names == ["controllers_loose.png", "controllers_tight.png", "frontier_loose.png", "frontier_tight.png"]
+    assert names == ["controllers_loose.png", "controllers_tight.png", "differences.png", "frontier_loose.png",
+                     "frontier_tight.png"]  # fmt: skip
     for p in written:
         assert p.stat().st_size > 0
     assert "![frontier_tight](results-field/frontier_tight.png)" in page.read_text()
+    assert "![differences](results-field/differences.png)" in page.read_text()
+    assert "0: the batch's longest response" not in page.read_text()  # a LASER-D target is never 0
 
 
 def test_every_difference_in_the_json_recomputes_from_the_run_files(folders, no_plots):
@@ -372,8 +375,9 @@ def test_the_thirteen_styles_are_distinct_and_a_method_keeps_its_own_in_every_re
     assert len({(s["color"], s["marker"]) for s in styles.values()}) == 14  # 11 + grpo, lead, base
 
 
-def test_a_base_far_from_the_methods_is_an_arrow_at_the_edge_and_a_near_one_a_point(folders):
-    """As on the follow-up's page: a far base would squeeze 13 methods into a corner of the frontier."""
+def test_the_base_is_on_the_frontiers_axes_however_far_from_the_methods(folders):
+    """The base (accuracy 0.5 at length 68 here, below and right of every method) is a point within the axes'
+    limits, with the methods' intervals, never an arrow at the edge."""
     pytest.importorskip("matplotlib")
     import matplotlib
 
@@ -385,24 +389,45 @@ def test_a_base_far_from_the_methods_is_an_arrow_at_the_edge_and_a_near_one_a_po
 
     field, _, _ = folders
     results = build_field_results(field)
-    styles = _styles(results)
-    base = results["base"]["tight"]  # accuracy 0.5 at length 68 on average: below and right of every method
+    base = results["base"]["tight"]
     fig, ax = plt.subplots()
-    assert _frontier(ax, results, "tight", styles)
-    labels = ax.get_legend_handles_labels()[1]
-    assert not any(label.startswith("base") for label in labels)
-    (arrow,) = [t for t in ax.texts if "off the axes" in t.get_text()]
-    assert arrow.get_text() == f"base: accuracy {base['accuracy']['mean']:.3f}, length 68.0 (off the axes)"
-    assert ax.get_ylim()[0] > base["accuracy"]["mean"] and ax.get_xlim()[1] < base["mean_length"]["mean"]
+    assert _frontier(ax, results, "tight", _styles(results))
+    assert "base (n=3)" in ax.get_legend_handles_labels()[1]
+    assert not ax.texts  # no arrow
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    assert x0 < base["mean_length"]["interval"][0] and base["mean_length"]["interval"][1] < x1
+    assert y0 < base["accuracy"]["mean"] < y1
+    l1 = next(r for r in results["summary"] if (r["regime"], r["method"]) == ("tight", "l1_exact"))
+    assert x0 < l1["mean_length"]["interval"][0] and y0 < l1["accuracy"]["interval"][0]
     plt.close(fig)
 
-    lead = next(r for r in results["summary"] if (r["regime"], r["method"]) == ("tight", "lead"))
-    near = {"accuracy": dict(lead["accuracy"]), "mean_length": dict(lead["mean_length"])}
-    results["base"]["tight"] = near  # on top of LEAD's point: inside the methods' own limits
-    fig, ax = plt.subplots()
-    _frontier(ax, results, "tight", styles)
-    assert "base (n=3)" in ax.get_legend_handles_labels()[1]
-    assert not [t for t in ax.texts if "off the axes" in t.get_text()]
+
+def test_the_differences_plot_draws_each_method_minus_grpo_with_its_interval(folders):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.container import ErrorbarContainer
+
+    from dynashape.study.field_plots import _styles, plot_differences
+    from dynashape.study.field_results import build_field_results
+
+    field, _, _ = folders
+    results = build_field_results(field)
+    fig = plt.figure()
+    assert plot_differences(fig, results, _styles(results))
+    axes = fig.axes
+    assert [a.get_title() for a in axes] == [
+        "tight: accuracy minus GRPO's",
+        "tight: mean length minus GRPO's (tokens)",
+        "loose: accuracy minus GRPO's",
+        "loose: mean length minus GRPO's (tokens)",
+    ]
+    drawn = [c for c in axes[0].containers if isinstance(c, ErrorbarContainer)]
+    xs = sorted(round(float(c.lines[0].get_xdata()[0]), 4) for c in drawn)
+    # tight accuracy minus grpo: adlp 0.07 / 3, laser_d (-0.02 - 0.01 - 0.01) / 3, l1_exact (-0.08 - 0.08 - 0.10) / 3
+    assert xs == [-0.0867, -0.0133, 0.0233]
     plt.close(fig)
 
 
@@ -526,3 +551,58 @@ def test_the_zoom_panel_holds_the_rows_near_grpos_accuracy_and_only_when_a_row_l
     fig, ax = plt.subplots()
     assert not _zoom(ax, results, "tight", styles)
     plt.close(fig)
+
+
+def test_holm_p_restarts_and_generation_are_computed_from_the_runs(folders, no_plots):
+    """The caveats the page states, by hand: the paired t-test's p (df 2: p = 1 - t / sqrt(t^2 + 2)) and Holm's
+    step-down over the 12 accuracy and length differences against GRPO; a run whose history.jsonl starts at step 0
+    a second time is "trained again from step 0"; generation per step from config.yaml and sampling_rounds."""
+    field, controls, page = folders
+    run = field / "runs/tight/adlp-seed7"
+    with (run / "history.jsonl").open("a") as f:
+        f.write(json.dumps({"started": "2026-12-05T02:00:00Z", "from_step": 0, "commit": "f" * 40}) + "\n")
+    for seed in SEEDS:  # adlp tight: 2, 3, 2 rounds of 16 x 8 against grpo's one round of 16 x 8
+        for folder, method in ((field, "adlp"), (controls, "grpo")):
+            d = folder / f"runs/tight/{method}-seed{seed}"
+            config = yaml.safe_load((d / "config.yaml").read_text())
+            config["train"] |= {"group_size": 8, "prompts_per_step": 16}
+            (d / "config.yaml").write_text(yaml.safe_dump(config))
+            if method == "adlp":
+                lines = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+                for line, rounds in zip(lines, (2.0, 3.0, 2.0)):
+                    line["sampling_rounds"] = rounds
+                (d / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    write_page(field, page)
+    data = json.loads(page.with_suffix(".json").read_text())
+    d = _difference(data, "tight", "adlp", "grpo", "accuracy")  # differences 0.02, 0.04, 0.01: t^2 = 7 exactly
+    assert d["p"] == pytest.approx(1 - math.sqrt(7) / 3)
+    family = [x for x in data["differences"] if x["versus"] == "grpo" and x["metric"] in ("accuracy", "mean_length")]
+    assert len(family) == 12 == data["caveats"]["holm"]["family"]
+    assert all("p_holm" not in x for x in data["differences"] if x not in family)
+    ordered = sorted(family, key=lambda x: x["p"])
+    running = 0.0
+    for i, x in enumerate(ordered):  # Holm: max over j <= i of min(1, (m - j) p_(j))
+        running = max(running, min(1.0, (12 - i) * x["p"]))
+        assert x["p_holm"] == pytest.approx(running)
+    (restarted,) = data["caveats"]["restarted"]
+    assert restarted["run_dir"] == "runs/tight/adlp-seed7" and restarted["restarts"] == ["2026-12-05T02:00:00Z"]
+    (gen,) = data["caveats"]["compute"]["methods"]
+    assert (gen["regime"], gen["method"], gen["group_size"]) == ("tight", "adlp", [8])
+    assert gen["ratio"]["mean"] == pytest.approx(7 / 3) and gen["rounds"]["max"] == pytest.approx(7 / 3)
+    text = page.read_text()
+    assert "Trained again from step 0 after an earlier start (history.jsonl): runs/tight/adlp-seed7." in text
+    assert "**Trained again from step 0: 1 runs.**" in text and "2.33x GRPO's rollouts" in text
+    assert "| Holm p: accuracy, length |" in text
+
+
+def test_aalcs_rollouts_are_compared_with_grpos_value_for_value():
+    from dynashape.study.field_caveats import _same_rollouts
+
+    grpo = [{"step": 1.0, "accuracy": 0.5, "length/mean": 60.0, "loss": 0.1, "grpo/reward_mean": 0.5},
+            {"step": 2.0, "accuracy": 0.6, "length/d1/mean": 20.0, "truncated_frac": 0.0}]  # fmt: skip
+    aalc = [{"step": 1.0, "accuracy": 0.5, "length/mean": 60.0, "loss": 0.2, "aalc/alpha": 0.9},
+            {"step": 2.0, "accuracy": 0.6, "length/d1/mean": 20.0, "truncated_frac": 0.0}]  # fmt: skip
+    assert _same_rollouts(aalc, grpo) is None  # the update's own numbers may differ; the rollouts do not
+    aalc[1]["length/d1/mean"] = 21.0
+    assert _same_rollouts(aalc, grpo) == 2
+    assert _same_rollouts(aalc[:1], grpo) == 2  # a step missing is a difference

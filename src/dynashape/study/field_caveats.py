@@ -21,7 +21,7 @@ from dynashape.study.field_runs import Rows, RunRef, _paired_keys, history, read
 from dynashape.study.stats import paired_values, t_interval
 from dynashape.train.field_presets import _AS_COMPARED  # the earlier forms the committed rows trained
 
-__all__ = ["HOLM_FAMILY", "EARLIER_FORMS", "caveats", "add_holm"]
+__all__ = ["EARLIER_FORMS", "HOLM_FAMILY", "add_holm", "caveats"]
 
 HOLM_FAMILY: tuple[str, ...] = ("accuracy", "mean_length")
 """The page's family for Holm's step-down: every field method's accuracy and mean-length difference against GRPO,
@@ -55,7 +55,7 @@ def add_holm(differences: list[dict[str, Any]]) -> int:
     family = [d for d in differences if d["versus"] == "grpo" and d["metric"] in HOLM_FAMILY]
     if not family:
         return 0
-    p = [assess_part(d["differences"], 0.0).p_value for d in family]
+    p = [assess_part(d["differences"], 0.0, min_seeds=2).p_value for d in family]  # any n a t-interval has
     adjusted, _ = holm(p)
     for d, raw, adj in zip(family, p, adjusted):
         d["p"], d["p_holm"] = raw, float(adj)
@@ -186,7 +186,8 @@ def _adlp(trajectories: Sequence[Mapping[str, Any]], tail: int = 5) -> list[dict
         zero = [s for s, m in zip(t["steps"], t["mean"]) if m <= 0.0]
         out.append({"regime": t["regime"], "zero_steps": zero, "first": t["mean"][0], "last": t["mean"][-1],
                     "last_step": t["steps"][-1], "last_interval": t["interval"][-1], "tail": tail,
-                    "tail_change": t["mean"][-1] - t["mean"][-1 - tail] if len(t["mean"]) > tail else None})  # fmt: skip
+                    "tail_change": t["mean"][-1] - t["mean"][-1 - tail] if len(t["mean"]) > tail else None,
+                    })  # fmt: skip
     return out
 
 
@@ -244,8 +245,9 @@ def _forms(field: Rows) -> list[dict[str, Any]]:
                     earlier += 1
                     regimes.add(regime)
         if runs:
-            absent = sorted({k for k in pinned for (_, m), by in field.items() if m == method
-                             for r in by.values() if k not in ((r["config"].get("train") or {}).get("shaper_kwargs") or {})})  # fmt: skip
+            given = [set((r["config"].get("train") or {}).get("shaper_kwargs") or {})
+                     for (_, m), by in field.items() if m == method for r in by.values()]  # fmt: skip
+            absent = sorted({k for k in pinned for keys in given if k not in keys})
             out.append({"method": method, "runs": runs, "earlier": earlier, "regimes": sorted(regimes, reverse=True),
                         "form": form, "now": now, "keys": dict(pinned), "absent_keys": absent,
                         "commits": sorted(commits)})  # fmt: skip
@@ -272,9 +274,15 @@ def caveats(field: Rows, controls: Rows, controls_dir: Path, results: Mapping[st
     (differences with their Holm p already added, trajectories, summary, base, runs)."""
     family = [d for d in results["differences"] if "p_holm" in d]
     return {
-        "holm": {"family": len(family), "measures": list(HOLM_FAMILY), "versus": "grpo",
-                 "below_0.05": sorted(((d["regime"], d["method"], d["metric"]) for d in family if d["p_holm"] < 0.05),
-                                      key=lambda k: (k[0] != "tight", k[1], k[2]))},  # fmt: skip
+        "holm": {
+            "family": len(family),
+            "measures": list(HOLM_FAMILY),
+            "versus": "grpo",
+            "below_0.05": sorted(
+                ((d["regime"], d["method"], d["metric"]) for d in family if d["p_holm"] < 0.05),
+                key=lambda k: (k[0] != "tight", k[1], k[2]),
+            ),
+        },
         "covering": _covering(results),
         "compute": _compute(field, controls),
         "sampling_control": _sampling_control(field, controls_dir),
@@ -282,8 +290,11 @@ def caveats(field: Rows, controls: Rows, controls_dir: Path, results: Mapping[st
         "adlp": _adlp(results["trajectories"]),
         "l1": _l1(field, controls, results),
         "forms": _forms(field),
-        "restarted": [{"run_dir": r["run_dir"], "restarts": r["restarts"], "commits": r["commits"]}
-                      for r in results["runs"] if r.get("restarts")],  # fmt: skip
+        "restarted": [
+            {"run_dir": r["run_dir"], "restarts": r["restarts"], "commits": r["commits"]}
+            for r in results["runs"]
+            if r.get("restarts")
+        ],
     }
 
 
@@ -318,7 +329,11 @@ def _holm_lines(results: Mapping[str, Any]) -> list[str]:
     grpo = {(d["regime"], d["method"], d["metric"]): d for d in results["differences"] if "p_holm" in d}
     held = [f"{LABELS.get(m, m)} {MEASURE_WORDS[x]} ({r}, {_iv(grpo[(r, m, x)], 3 if x == 'accuracy' else 1)}, "
             f"Holm p {_p(grpo[(r, m, x)]['p_holm'])})" for r, m, x in c["below_0.05"]]  # fmt: skip
-    dler = [f"{r} {_p(grpo[(r, 'dler', 'accuracy')]['p_holm'])}" for r in ("tight", "loose") if (r, "dler", "accuracy") in grpo]
+    dler = [
+        f"{r} {_p(grpo[(r, 'dler', 'accuracy')]['p_holm'])}"
+        for r in ("tight", "loose")
+        if (r, "dler", "accuracy") in grpo
+    ]
     return [
         f"- **What holds up.** Every row and paired difference below recomputes from the runs' eval.json (the JSON "
         f"keeps each per-seed value). Of the page's {c['family']} accuracy and length differences against GRPO "
@@ -335,9 +350,14 @@ def _points_lines(results: Mapping[str, Any]) -> list[str]:
     pair = [rows.get(("loose", m)) for m in ("alp", "saw")]
     example = ""
     if all(p and "accuracy" in p and "mean_length" in p for p in pair):
-        example = " ALP at " + " may lie on the same curve as SAW at ".join(
-            f"({p['mean_length']['mean']:.1f} tokens, accuracy {p['accuracy']['mean']:.3f})" for p in pair  # type: ignore[index]
-        ) + " (loose), each at another strength."
+        example = (
+            " ALP at "
+            + " may lie on the same curve as SAW at ".join(
+                f"({p['mean_length']['mean']:.1f} tokens, accuracy {p['accuracy']['mean']:.3f})"
+                for p in pair  # type: ignore[index]
+            )
+            + " (loose), each at another strength."
+        )
     return [
         "- **Points, not frontiers.** Each method is one point, at the strength the plan's scaling rule gave it; a "
         "length method is a family indexed by its strength (ALP's beta, A-DLP's eta and target accuracy, LASER's "
@@ -372,7 +392,8 @@ def _compute_lines(results: Mapping[str, Any]) -> list[str]:
         also = f", with DAPO's reward column{'s' if len(dapo['reward_columns']) > 1 else ''} " + ", ".join(
             f"`{x}`" for x in dapo["reward_columns"]) if dapo["reward_columns"] else ""  # fmt: skip
         lines.append(
-            f"  DLER minus the follow-up's `{SAMPLING_CONTROL}` row ({s['folder']}: GRPO with the same dynamic sampling, "
+            f"  DLER minus the follow-up's `{SAMPLING_CONTROL}` row ({s['folder']}: GRPO with the same dynamic "
+            "sampling, "
             f"{dapo['rounds']['mean']:.2f} rounds per step{also}, and no length term), {s['regime']}, "
             f"{s['accuracy']['n']} paired seeds: accuracy {_iv(s['accuracy'], 3)}, length {_iv(s['mean_length'], 1)}; "
             f"against GRPO, DLER's accuracy is {_iv(grpo.get((s['regime'], 'dler', 'accuracy')), 3)}. DLER's gain over "
@@ -391,7 +412,9 @@ def _l1_lines(results: Mapping[str, Any]) -> list[str]:
         for r in rows if r["first_batch_accuracy"]
     )  # fmt: skip
     grpo = {r["regime"]: r["grpo_first_batch_accuracy"] for r in rows if r["grpo_first_batch_accuracy"]}
-    plain = "; ".join(f"{LABELS[r['method']]} {r['regime']} {r['accuracy']:.3f}" for r in rows if r["accuracy"] is not None)
+    plain = "; ".join(
+        f"{LABELS[r['method']]} {r['regime']} {r['accuracy']:.3f}" for r in rows if r["accuracy"] is not None
+    )
     base = next((r["base_accuracy"] for r in rows if r["base_accuracy"] is not None), None)
     flat = "; ".join(
         f"{LABELS[r['method']]} {r['regime']} {r['lengths'][0]:.1f}-{r['lengths'][1]:.1f} tokens at budgets "
@@ -399,7 +422,7 @@ def _l1_lines(results: Mapping[str, Any]) -> list[str]:
         for r in rows if r["lengths"]
     )  # fmt: skip
     return [
-        "- **L1 never had a fair instrument.** The character-level base never read a budget prompt (\" Think for N "
+        '- **L1 never had a fair instrument.** The character-level base never read a budget prompt (" Think for N '
         f"tokens.\"): L1's first training batch, on budget prompts, is correct at {first} (mean, range over seeds), "
         "against GRPO's first batch at the same seeds "
         + ", ".join(f"{g} {v['mean']:.3f}" for g, v in sorted(grpo.items(), reverse=True))
@@ -440,7 +463,8 @@ def _horizon_lines(results: Mapping[str, Any]) -> list[str]:
     return [
         "- **The horizon cuts the controllers short.** A-DLP's lambda (mean over seeds) starts at lambda0 = eta, "
         "falls to 0 while accuracy is below its target, and is still rising when the 50 steps end: "
-        + "; ".join(parts) + ". Its length penalty had little time to act; a longer run could land elsewhere."
+        + "; ".join(parts)
+        + ". Its length penalty had little time to act; a longer run could land elsewhere."
     ]
 
 
@@ -452,7 +476,7 @@ def _covering_lines(results: Mapping[str, Any]) -> list[str]:
     listed = "; ".join(f"{LABELS.get(r['method'], r['method'])} {r['regime']} [{r['low']:+.3f}, {r['high']:+.3f}]"
                        for r in sorted(rows, key=lambda r: (r["regime"] != "tight", r["method"])))  # fmt: skip
     return [
-        "- **An interval that covers 0 is not \"no cost\".** The methods shorter than GRPO whose accuracy interval "
+        '- **An interval that covers 0 is not "no cost".** The methods shorter than GRPO whose accuracy interval '
         f"covers 0: {listed}. Their intervals allow a loss down to {worst['low']:+.3f} "
         f"({LABELS.get(worst['method'], worst['method'])}, {worst['regime']})."
     ]
@@ -472,7 +496,8 @@ def _forms_lines(results: Mapping[str, Any]) -> list[str]:
                      f"{commits}) ran {r['form']}{f' (`{keys}`' if keys else ''}{absent}{')' if keys else ''}; "
                      f"the default now: {r['now']}")  # fmt: skip
     return [
-        "- **Earlier forms.** Since these runs, the shapers' defaults follow the official code ([field-methods.md](field-methods.md)); "
+        "- **Earlier forms.** Since these runs, the shapers' defaults follow the official code "
+        "([field-methods.md](field-methods.md)); "
         "the field presets pin the forms these rows trained, so they replay (GFPO's excepted, which has no switch "
         "back). " + "; ".join(parts) + "."
     ]
@@ -486,7 +511,8 @@ def _restart_lines(results: Mapping[str, Any]) -> list[str]:
     same = all(len(r["commits"]) == 1 for r in rows)
     return [
         f"- **Trained again from step 0: {len(rows)} runs.** Each history.jsonl holds a further invocation that began "
-        f"at step 0{', at the same commit' if same else ''} after the first was cut off mid-run: {listed}. Their numbers "
+        f"at step 0{', at the same commit' if same else ''} after the first was cut off mid-run: {listed}. Their "
+        "numbers "
         "are the last, complete training's; none resumed from a checkpoint."
     ]
 

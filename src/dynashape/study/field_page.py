@@ -149,8 +149,10 @@ def _difference_lines(results: Mapping[str, Any], regime: str) -> list[str]:
         lines += [
             f"### {regime}: field run minus {control} at the same seed, mean [95 % t-interval]",
             "",
-            "| method | paired seeds | " + " | ".join(NAMES[m][0] for m in measures)
-            + (" | Holm p: accuracy, length" if holm else "") + " |",
+            "| method | paired seeds | "
+            + " | ".join(NAMES[m][0] for m in measures)
+            + (" | Holm p: accuracy, length" if holm else "")
+            + " |",
             "|---|---|" + "---|" * (len(measures) + holm),
         ]
         for method, cells in sorted(by_method.items()):

@@ -18,7 +18,7 @@ from dynashape.study.results_plots import (
 )
 from dynashape.train.field_presets import FIELD_METHODS
 
-__all__ = ["CONTROL_STYLES", "plot_field", "plot_differences"]
+__all__ = ["CONTROL_STYLES", "plot_differences", "plot_field"]
 
 CONTROL_STYLES: Mapping[str, Mapping[str, Any]] = {
     # the controls and the base in black and grey with large markers, apart from the field's 11 colours
@@ -159,7 +159,10 @@ def _controllers(fig: Any, results: Mapping[str, Any], regime: str) -> bool:
     return True
 
 
-DIFFERENCE_MEASURES: Mapping[str, str] = {"accuracy": "accuracy minus GRPO's", "mean_length": "mean length minus GRPO's (tokens)"}
+DIFFERENCE_MEASURES: Mapping[str, str] = {
+    "accuracy": "accuracy minus GRPO's",
+    "mean_length": "mean length minus GRPO's (tokens)",
+}
 
 
 def plot_differences(fig: Any, results: Mapping[str, Any], styles: Mapping[str, Mapping[str, Any]]) -> bool:
