@@ -496,9 +496,10 @@ def test_the_which_method_when_table_carries_this_worlds_figures_from_the_commit
 
 def test_the_readmes_paragraph_on_the_field_comparison_says_what_the_committed_page_says():
     """README's hand-written summary of the field comparison: every interval it quotes is a paired difference
-    against GRPO on the committed page, and its words hold on the page's numbers (DLER's accuracy interval above
-    0 in both regimes; in the loose regime SAW, GFPO, ThinkPrune, LASER and LASER-D 3-8 tokens shorter with
-    accuracy intervals covering 0; A-DLP's loose figures; L1's tight accuracy)."""
+    against GRPO on the committed page, or DLER minus DAPO from its caveats, and its words hold on the page's
+    numbers: the Holm survivors it names (ALP and A-DLP shorter at a cost, ThinkPrune loose shorter, L1's accuracy)
+    and DLER's Holm p; DLER's rollouts and DLER minus DAPO; the loose methods 3-8 tokens shorter with accuracy
+    intervals covering 0 and the lowest end; L1's first batch; AALC's equal runs; the runs trained again."""
     import re
 
     from dynashape.study.field_page import NAMES, _cell
@@ -508,17 +509,51 @@ def test_the_readmes_paragraph_on_the_field_comparison_says_what_the_committed_p
     paragraph = " ".join(readme.split("The field comparison (")[1].split("![the field's methods")[0].split())
     assert paragraph.startswith(f"{results['finished_runs']} runs") and results["finished_runs"] == 110
     grpo = {(d["regime"], d["method"], d["metric"]): d for d in results["differences"] if d["versus"] == "grpo"}
+    caveats = results["caveats"]
+    (dapo,) = caveats["sampling_control"]
     cells = {_cell(d, NAMES[metric][1], sign=True) for (_, _, metric), d in grpo.items()}
+    cells.add(_cell(dapo["accuracy"], 3, sign=True))
     quoted = re.findall(r"[+-]\d+\.\d+ \[[+-]\d+\.\d+, [+-]\d+\.\d+\]", paragraph)
-    assert len(quoted) == 2 and set(quoted) <= cells
-    assert all(grpo[(r, "dler", "accuracy")]["interval"][0] > 0 for r in ("tight", "loose"))
-    for method in ("saw", "gfpo", "thinkprune", "laser", "laser_d"):
-        low, high = grpo[("loose", method, "accuracy")]["interval"]
-        assert low < 0 < high and -8 <= grpo[("loose", method, "mean_length")]["estimate"] <= -3, method
+    assert len(quoted) == 5 and set(quoted) <= cells
+    assert (
+        f"DLER minus DAPO, which samples the same way without a length term, is {_cell(dapo['accuracy'], 3, True)}"
+        in (paragraph)
+    )
+    # the Holm survivors named, and DLER's p that does not survive
+    assert caveats["holm"]["family"] == 44
+    held = {tuple(k) for k in caveats["holm"]["below_0.05"]}
+    for key in [(r, m, x) for r in ("tight", "loose") for m in ("alp", "adlp") for x in ("accuracy", "mean_length")
+                if (r, m, x) != ("tight", "adlp", "mean_length")] + [("loose", "thinkprune", "mean_length")]:  # fmt: skip
+        assert key in held, key
+    assert {(r, m, "accuracy") for r in ("tight", "loose") for m in ("l1_exact", "l1_max")} <= held
+    assert "44 accuracy and length intervals" in paragraph
+    p = [grpo[(r, "dler", "accuracy")]["p_holm"] for r in ("tight", "loose")]
+    assert p[0] > 0.05 and p[1] > 0.05 and f"(Holm p {p[0]:.3f} tight, {p[1]:.2f} loose)" in paragraph
     assert f"{grpo[('loose', 'adlp', 'mean_length')]['estimate']:+.1f} tokens" in paragraph
     assert f"{grpo[('loose', 'adlp', 'accuracy')]['estimate']:+.3f} accuracy" in paragraph
     l1 = [round(grpo[("tight", m, "accuracy")]["estimate"], 2) for m in ("l1_exact", "l1_max")]
     assert f"({l1[0]:+.2f} and {l1[1]:+.2f} accuracy, tight)".replace("+", "") in paragraph.replace("+", "")
+    # compute
+    (dler,) = [m for m in caveats["compute"]["methods"] if (m["regime"], m["method"]) == ("tight", "dler")]
+    assert f"draws {dler['ratio']['mean']:.2f}x GRPO's rollouts" in paragraph
+    assert all(m["ratio"]["mean"] == 2.0 for m in caveats["compute"]["methods"] if m["method"] == "gfpo")
+    assert caveats["compute"]["runs_with_tokens"] == 0 and "no run records the tokens" in paragraph
+    # the loose methods shorter with accuracy intervals covering 0, and the lowest end
+    covering = [c for c in caveats["covering"] if c["regime"] == "loose"]
+    assert sorted(c["method"] for c in covering) == ["gfpo", "laser", "laser_d", "saw", "thinkprune"]
+    assert all(-8 <= c["length"] <= -3 for c in covering)
+    worst = min(covering, key=lambda c: c["low"])
+    assert worst["method"] == "thinkprune" and f"reach down to {worst['low']:+.3f} (ThinkPrune)" in paragraph
+    # L1's first batch, AALC, the runs trained again
+    (l1e,) = [r for r in caveats["l1"] if (r["regime"], r["method"]) == ("tight", "l1_exact")]
+    assert (
+        f"{l1e['first_batch_accuracy']['mean']:.3f} correct, GRPO's {l1e['grpo_first_batch_accuracy']['mean']:.3f}"
+        in (paragraph)
+    )
+    equal = sum(len(a["equal"]) for a in caveats["aalc"])
+    assert equal == 6 and f"over all 50 steps in {equal} of 10 runs" in paragraph
+    assert len(caveats["restarted"]) == 4 and "Four runs were trained again from step 0" in paragraph
+    assert sorted(f["method"] for f in caveats["forms"]) == ["aalc", "dler", "gfpo", "laser", "laser_d", "saw"]
 
 
 def test_the_zoom_panel_holds_the_rows_near_grpos_accuracy_and_only_when_a_row_lies_outside(folders):
