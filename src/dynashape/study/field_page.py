@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dynashape.study.field_caveats import HOLM_FAMILY, caveat_lines
+from dynashape.study.field_caveats import HOLM_FAMILY
+from dynashape.study.field_caveats_page import caveat_lines
 from dynashape.study.field_plots import ZOOM_ACCURACY  # matplotlib-free at import: it loads in plot_field
 from dynashape.study.results_page import NOTES_BEGIN, NOTES_END, deviation_lines, fmt_clock
 
