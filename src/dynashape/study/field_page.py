@@ -282,7 +282,8 @@ def field_markdown(
     frontier = [p for p in plots if Path(p).stem.startswith("frontier_")]
     if frontier:
         lines += ["## Frontier", "", "Accuracy against mean length, each point's bars its 95 % t-interval over "
-                  "seeds on both axes; below, where rows lie far apart, the same zoomed on the rows within "
+                  "seeds on both axes; each point is one strength of its method, not its frontier (the section on "
+                  "what these points can say). Below, where rows lie far apart, the same zoomed on the rows within "
                   f"{ZOOM_ACCURACY} accuracy of GRPO.", ""]  # fmt: skip
         lines += [f"![{Path(p).stem}]({p})" for p in frontier] + [""]
     lines += ["## The controllers over steps", ""]
