@@ -62,7 +62,7 @@ TRAJECTORIES: Mapping[str, tuple[str, ...]] = {
     # the controller state each shaper logs to metrics.jsonl (its namespace is its registry name)
     "adlp": ("adlp/lambda",),  # parts.weights.DualAscent: the length weight used at that step
     "aalc": ("aalc/alpha",),  # field.aalc: alpha_t, logged once a validation accuracy is known
-    "laser_d": ("laser_d/target_low", "laser_d/target_medium", "laser_d/target_high"),  # a grid length each
+    "laser_d": ("laser_d/target_low", "laser_d/target_medium", "laser_d/target_high"),  # grid lengths (or the longest)
     "thinkprune": ("thinkprune/max_length",),  # parts.field_channels.ScheduledCap: the cap in force
     "lead": ("lead/lambda_l",),  # the efficiency channel's weight (lambda_c = 1 - lambda_l)
 }
