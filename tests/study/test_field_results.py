@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -259,10 +260,13 @@ def test_plots_are_written_per_regime_and_linked_from_the_page(folders):
     field, _, page = folders
     written = write_page(field, page)
     names = sorted(p.name for p in written if p.suffix == ".png")
-    assert names == ["controllers_loose.png", "controllers_tight.png", "frontier_loose.png", "frontier_tight.png"]
+    assert names == ["controllers_loose.png", "controllers_tight.png", "differences.png", "frontier_loose.png",
+                     "frontier_tight.png"]  # fmt: skip
     for p in written:
         assert p.stat().st_size > 0
     assert "![frontier_tight](results-field/frontier_tight.png)" in page.read_text()
+    assert "![differences](results-field/differences.png)" in page.read_text()
+    assert "0: the batch's longest response" not in page.read_text()  # a LASER-D target is never 0
 
 
 def test_every_difference_in_the_json_recomputes_from_the_run_files(folders, no_plots):
@@ -372,8 +376,9 @@ def test_the_thirteen_styles_are_distinct_and_a_method_keeps_its_own_in_every_re
     assert len({(s["color"], s["marker"]) for s in styles.values()}) == 14  # 11 + grpo, lead, base
 
 
-def test_a_base_far_from_the_methods_is_an_arrow_at_the_edge_and_a_near_one_a_point(folders):
-    """As on the follow-up's page: a far base would squeeze 13 methods into a corner of the frontier."""
+def test_the_base_is_on_the_frontiers_axes_however_far_from_the_methods(folders):
+    """The base (accuracy 0.5 at length 68 here, below and right of every method) is a point within the axes'
+    limits, with the methods' intervals, never an arrow at the edge."""
     pytest.importorskip("matplotlib")
     import matplotlib
 
@@ -385,24 +390,45 @@ def test_a_base_far_from_the_methods_is_an_arrow_at_the_edge_and_a_near_one_a_po
 
     field, _, _ = folders
     results = build_field_results(field)
-    styles = _styles(results)
-    base = results["base"]["tight"]  # accuracy 0.5 at length 68 on average: below and right of every method
+    base = results["base"]["tight"]
     fig, ax = plt.subplots()
-    assert _frontier(ax, results, "tight", styles)
-    labels = ax.get_legend_handles_labels()[1]
-    assert not any(label.startswith("base") for label in labels)
-    (arrow,) = [t for t in ax.texts if "off the axes" in t.get_text()]
-    assert arrow.get_text() == f"base: accuracy {base['accuracy']['mean']:.3f}, length 68.0 (off the axes)"
-    assert ax.get_ylim()[0] > base["accuracy"]["mean"] and ax.get_xlim()[1] < base["mean_length"]["mean"]
+    assert _frontier(ax, results, "tight", _styles(results))
+    assert "base (n=3)" in ax.get_legend_handles_labels()[1]
+    assert not ax.texts  # no arrow
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    assert x0 < base["mean_length"]["interval"][0] and base["mean_length"]["interval"][1] < x1
+    assert y0 < base["accuracy"]["mean"] < y1
+    l1 = next(r for r in results["summary"] if (r["regime"], r["method"]) == ("tight", "l1_exact"))
+    assert x0 < l1["mean_length"]["interval"][0] and y0 < l1["accuracy"]["interval"][0]
     plt.close(fig)
 
-    lead = next(r for r in results["summary"] if (r["regime"], r["method"]) == ("tight", "lead"))
-    near = {"accuracy": dict(lead["accuracy"]), "mean_length": dict(lead["mean_length"])}
-    results["base"]["tight"] = near  # on top of LEAD's point: inside the methods' own limits
-    fig, ax = plt.subplots()
-    _frontier(ax, results, "tight", styles)
-    assert "base (n=3)" in ax.get_legend_handles_labels()[1]
-    assert not [t for t in ax.texts if "off the axes" in t.get_text()]
+
+def test_the_differences_plot_draws_each_method_minus_grpo_with_its_interval(folders):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.container import ErrorbarContainer
+
+    from dynashape.study.field_plots import _styles, plot_differences
+    from dynashape.study.field_results import build_field_results
+
+    field, _, _ = folders
+    results = build_field_results(field)
+    fig = plt.figure()
+    assert plot_differences(fig, results, _styles(results))
+    axes = fig.axes
+    assert [a.get_title() for a in axes] == [
+        "tight: accuracy minus GRPO's",
+        "tight: mean length minus GRPO's (tokens)",
+        "loose: accuracy minus GRPO's",
+        "loose: mean length minus GRPO's (tokens)",
+    ]
+    drawn = [c for c in axes[0].containers if isinstance(c, ErrorbarContainer)]
+    xs = sorted(round(float(c.lines[0].get_xdata()[0]), 4) for c in drawn)
+    # tight accuracy minus grpo: adlp 0.07 / 3, laser_d (-0.02 - 0.01 - 0.01) / 3, l1_exact (-0.08 - 0.08 - 0.10) / 3
+    assert xs == [-0.0867, -0.0133, 0.0233]
     plt.close(fig)
 
 
@@ -471,9 +497,10 @@ def test_the_which_method_when_table_carries_this_worlds_figures_from_the_commit
 
 def test_the_readmes_paragraph_on_the_field_comparison_says_what_the_committed_page_says():
     """README's hand-written summary of the field comparison: every interval it quotes is a paired difference
-    against GRPO on the committed page, and its words hold on the page's numbers (DLER's accuracy interval above
-    0 in both regimes; in the loose regime SAW, GFPO, ThinkPrune, LASER and LASER-D 3-8 tokens shorter with
-    accuracy intervals covering 0; A-DLP's loose figures; L1's tight accuracy)."""
+    against GRPO on the committed page, or DLER minus DAPO from its caveats, and its words hold on the page's
+    numbers: the Holm survivors it names (ALP and A-DLP shorter at a cost, ThinkPrune loose shorter, L1's accuracy)
+    and DLER's Holm p; DLER's rollouts and DLER minus DAPO; the loose methods 3-8 tokens shorter with accuracy
+    intervals covering 0 and the lowest end; L1's first batch; AALC's equal runs; the runs trained again."""
     import re
 
     from dynashape.study.field_page import NAMES, _cell
@@ -483,17 +510,51 @@ def test_the_readmes_paragraph_on_the_field_comparison_says_what_the_committed_p
     paragraph = " ".join(readme.split("The field comparison (")[1].split("![the field's methods")[0].split())
     assert paragraph.startswith(f"{results['finished_runs']} runs") and results["finished_runs"] == 110
     grpo = {(d["regime"], d["method"], d["metric"]): d for d in results["differences"] if d["versus"] == "grpo"}
+    caveats = results["caveats"]
+    (dapo,) = caveats["sampling_control"]
     cells = {_cell(d, NAMES[metric][1], sign=True) for (_, _, metric), d in grpo.items()}
+    cells.add(_cell(dapo["accuracy"], 3, sign=True))
     quoted = re.findall(r"[+-]\d+\.\d+ \[[+-]\d+\.\d+, [+-]\d+\.\d+\]", paragraph)
-    assert len(quoted) == 2 and set(quoted) <= cells
-    assert all(grpo[(r, "dler", "accuracy")]["interval"][0] > 0 for r in ("tight", "loose"))
-    for method in ("saw", "gfpo", "thinkprune", "laser", "laser_d"):
-        low, high = grpo[("loose", method, "accuracy")]["interval"]
-        assert low < 0 < high and -8 <= grpo[("loose", method, "mean_length")]["estimate"] <= -3, method
+    assert len(quoted) == 5 and set(quoted) <= cells
+    assert (
+        f"DLER minus DAPO, which samples the same way without a length term, is {_cell(dapo['accuracy'], 3, True)}"
+        in (paragraph)
+    )
+    # the Holm survivors named, and DLER's p that does not survive
+    assert caveats["holm"]["family"] == 44
+    held = {tuple(k) for k in caveats["holm"]["below_0.05"]}
+    named = {(r, m, x) for r in ("tight", "loose") for m in ("alp", "adlp") for x in ("accuracy", "mean_length")}
+    named = named - {("tight", "adlp", "mean_length")} | {("loose", "thinkprune", "mean_length")}
+    assert named <= held
+    assert {(r, m, "accuracy") for r in ("tight", "loose") for m in ("l1_exact", "l1_max")} <= held
+    assert "44 accuracy and length intervals" in paragraph
+    p = [grpo[(r, "dler", "accuracy")]["p_holm"] for r in ("tight", "loose")]
+    assert p[0] > 0.05 and p[1] > 0.05 and f"(Holm p {p[0]:.3f} tight, {p[1]:.2f} loose)" in paragraph
     assert f"{grpo[('loose', 'adlp', 'mean_length')]['estimate']:+.1f} tokens" in paragraph
     assert f"{grpo[('loose', 'adlp', 'accuracy')]['estimate']:+.3f} accuracy" in paragraph
     l1 = [round(grpo[("tight", m, "accuracy")]["estimate"], 2) for m in ("l1_exact", "l1_max")]
     assert f"({l1[0]:+.2f} and {l1[1]:+.2f} accuracy, tight)".replace("+", "") in paragraph.replace("+", "")
+    # compute
+    (dler,) = [m for m in caveats["compute"]["methods"] if (m["regime"], m["method"]) == ("tight", "dler")]
+    assert f"draws {dler['ratio']['mean']:.2f}x GRPO's rollouts" in paragraph
+    assert all(m["ratio"]["mean"] == 2.0 for m in caveats["compute"]["methods"] if m["method"] == "gfpo")
+    assert caveats["compute"]["runs_with_tokens"] == 0 and "no run records the tokens" in paragraph
+    # the loose methods shorter with accuracy intervals covering 0, and the lowest end
+    covering = [c for c in caveats["covering"] if c["regime"] == "loose"]
+    assert sorted(c["method"] for c in covering) == ["gfpo", "laser", "laser_d", "saw", "thinkprune"]
+    assert all(-8 <= c["length"] <= -3 for c in covering)
+    worst = min(covering, key=lambda c: c["low"])
+    assert worst["method"] == "thinkprune" and f"reach down to {worst['low']:+.3f} (ThinkPrune)" in paragraph
+    # L1's first batch, AALC, the runs trained again
+    (l1e,) = [r for r in caveats["l1"] if (r["regime"], r["method"]) == ("tight", "l1_exact")]
+    assert (
+        f"{l1e['first_batch_accuracy']['mean']:.3f} correct, GRPO's {l1e['grpo_first_batch_accuracy']['mean']:.3f}"
+        in (paragraph)
+    )
+    equal = sum(len(a["equal"]) for a in caveats["aalc"])
+    assert equal == 6 and f"over all 50 steps in {equal} of 10 runs" in paragraph
+    assert len(caveats["restarted"]) == 4 and "Four runs were trained again from step 0" in paragraph
+    assert sorted(f["method"] for f in caveats["forms"]) == ["aalc", "dler", "gfpo", "laser", "laser_d", "saw"]
 
 
 def test_the_zoom_panel_holds_the_rows_near_grpos_accuracy_and_only_when_a_row_lies_outside(folders):
@@ -526,3 +587,76 @@ def test_the_zoom_panel_holds_the_rows_near_grpos_accuracy_and_only_when_a_row_l
     fig, ax = plt.subplots()
     assert not _zoom(ax, results, "tight", styles)
     plt.close(fig)
+
+
+def test_holm_p_restarts_and_generation_are_computed_from_the_runs(folders, no_plots):
+    """The caveats the page states, by hand: the paired t-test's p (df 2: p = 1 - t / sqrt(t^2 + 2)) and Holm's
+    step-down over the 12 accuracy and length differences against GRPO; a run whose history.jsonl starts at step 0
+    a second time is "trained again from step 0"; generation per step from config.yaml and sampling_rounds."""
+    field, controls, page = folders
+    run = field / "runs/tight/adlp-seed7"
+    with (run / "history.jsonl").open("a") as f:
+        f.write(json.dumps({"started": "2026-12-05T02:00:00Z", "from_step": 0, "commit": "f" * 40}) + "\n")
+    for seed in SEEDS:  # adlp tight: 2, 3, 2 rounds of 16 x 8 against grpo's one round of 16 x 8
+        for folder, method in ((field, "adlp"), (controls, "grpo")):
+            d = folder / f"runs/tight/{method}-seed{seed}"
+            config = yaml.safe_load((d / "config.yaml").read_text())
+            config["train"] |= {"group_size": 8, "prompts_per_step": 16}
+            (d / "config.yaml").write_text(yaml.safe_dump(config))
+            if method == "adlp":
+                lines = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+                for line, rounds in zip(lines, (2.0, 3.0, 2.0)):
+                    line["sampling_rounds"] = rounds
+                (d / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    write_page(field, page)
+    data = json.loads(page.with_suffix(".json").read_text())
+    d = _difference(data, "tight", "adlp", "grpo", "accuracy")  # differences 0.02, 0.04, 0.01: t^2 = 7 exactly
+    assert d["p"] == pytest.approx(1 - math.sqrt(7) / 3)
+    family = [x for x in data["differences"] if x["versus"] == "grpo" and x["metric"] in ("accuracy", "mean_length")]
+    assert len(family) == 12 == data["caveats"]["holm"]["family"]
+    assert all("p_holm" not in x for x in data["differences"] if x not in family)
+    ordered = sorted(family, key=lambda x: x["p"])
+    running = 0.0
+    for i, x in enumerate(ordered):  # Holm: max over j <= i of min(1, (m - j) p_(j))
+        running = max(running, min(1.0, (12 - i) * x["p"]))
+        assert x["p_holm"] == pytest.approx(running)
+    (restarted,) = data["caveats"]["restarted"]
+    assert restarted["run_dir"] == "runs/tight/adlp-seed7" and restarted["restarts"] == ["2026-12-05T02:00:00Z"]
+    (gen,) = data["caveats"]["compute"]["methods"]
+    assert (gen["regime"], gen["method"], gen["group_size"]) == ("tight", "adlp", [8])
+    assert gen["ratio"]["mean"] == pytest.approx(7 / 3) and gen["rounds"]["max"] == pytest.approx(7 / 3)
+    text = page.read_text()
+    assert "Trained again from step 0 after an earlier start (history.jsonl): runs/tight/adlp-seed7." in text
+    assert "**Trained again from step 0: 1 runs.**" in text and "2.33x GRPO's rollouts" in text
+    assert "| Holm p: accuracy, length |" in text
+
+
+def test_aalcs_rollouts_are_compared_with_grpos_value_for_value():
+    from dynashape.study.field_caveats import _same_rollouts
+
+    grpo = [{"step": 1.0, "accuracy": 0.5, "length/mean": 60.0, "loss": 0.1, "grpo/reward_mean": 0.5},
+            {"step": 2.0, "accuracy": 0.6, "length/d1/mean": 20.0, "truncated_frac": 0.0}]  # fmt: skip
+    aalc = [{"step": 1.0, "accuracy": 0.5, "length/mean": 60.0, "loss": 0.2, "aalc/alpha": 0.9},
+            {"step": 2.0, "accuracy": 0.6, "length/d1/mean": 20.0, "truncated_frac": 0.0}]  # fmt: skip
+    assert _same_rollouts(aalc, grpo) is None  # the update's own numbers may differ; the rollouts do not
+    aalc[1]["length/d1/mean"] = 21.0
+    assert _same_rollouts(aalc, grpo) == 2
+    assert _same_rollouts(aalc[:1], grpo) == 2  # a step missing is a difference
+
+
+def test_the_committed_field_page_regenerates_unchanged_from_its_runs(tmp_path, monkeypatch):
+    """docs/results-field.md and its JSON are a function of results/comparison-field/ and its controls alone:
+    `dynashape results` on the committed runs rewrites them (the generation time and the page's own path aside),
+    every caveat figure included."""
+    monkeypatch.chdir(REPO)  # the page names the folders as the command was given them
+    page = tmp_path / "results-field.md"
+    page.write_bytes((REPO / "docs" / "results-field.md").read_bytes())
+    write_page(Path("results/comparison-field"), page)
+    stamp = re.compile(r"\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)")
+    made = stamp.sub("", page.read_text().replace(str(page), "docs/results-field.md"))
+    assert made == stamp.sub("", (REPO / "docs" / "results-field.md").read_text())
+    made_json, committed = (
+        json.loads(p.read_text()) for p in (page.with_suffix(".json"), REPO / "docs/results-field.json")
+    )
+    assert made_json.pop("generated") and committed.pop("generated")
+    assert made_json == committed

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dynashape.study.field_caveats import HOLM_FAMILY
+from dynashape.study.field_caveats_page import caveat_lines
 from dynashape.study.field_plots import ZOOM_ACCURACY  # matplotlib-free at import: it loads in plot_field
 from dynashape.study.results_page import NOTES_BEGIN, NOTES_END, deviation_lines, fmt_clock
 
@@ -144,16 +146,22 @@ def _difference_lines(results: Mapping[str, Any], regime: str) -> list[str]:
         by_method: dict[str, dict[str, Mapping[str, Any]]] = {}
         for d in entries:
             by_method.setdefault(d["method"], {})[d["metric"]] = d
+        holm = any("p_holm" in d for d in entries)  # the family of Holm's step-down is against GRPO
         lines += [
             f"### {regime}: field run minus {control} at the same seed, mean [95 % t-interval]",
             "",
-            "| method | paired seeds | " + " | ".join(NAMES[m][0] for m in measures) + " |",
-            "|---|---|" + "---|" * len(measures),
+            "| method | paired seeds | "
+            + " | ".join(NAMES[m][0] for m in measures)
+            + (" | Holm p: accuracy, length" if holm else "")
+            + " |",
+            "|---|---|" + "---|" * (len(measures) + holm),
         ]
         for method, cells in sorted(by_method.items()):
             n = max(c["n"] for c in cells.values())
+            p = [f"{cells[m]['p_holm']:.3f}" if "p_holm" in cells.get(m, {}) else "n/a" for m in HOLM_FAMILY]
             lines.append(f"| {method} | {n} | " + " | ".join(_cell(cells.get(m), NAMES[m][1], sign=True)
-                                                             for m in measures) + " |")  # fmt: skip
+                                                             for m in measures)
+                         + (f" | {', '.join(p)}" if holm else "") + " |")  # fmt: skip
         lines.append("")
     return lines
 
@@ -208,6 +216,7 @@ def _provenance_lines(results: Mapping[str, Any], report: str, notes: str = "") 
     resumed = [
         f"{r['run_dir']} (from step {', '.join(map(str, r['resumes']))})" for r in results["runs"] if r["resumes"]
     ]
+    restarted = [r["run_dir"] for r in results["runs"] if r.get("restarts")]
     machine = results.get("machine") or {}
     return [
         "## How these numbers were made",
@@ -225,7 +234,8 @@ def _provenance_lines(results: Mapping[str, Any], report: str, notes: str = "") 
         + (", ".join(f"{k} {v}" for k, v in machine.items()) or "n/a")
         + ".",
         f"- Failed runs: {', '.join(results['failed']) or 'none'}. Resumed from a checkpoint (history.jsonl): "
-        f"{', '.join(resumed) or 'none'}.",
+        f"{', '.join(resumed) or 'none'}. Trained again from step 0 after an earlier start (history.jsonl): "
+        f"{', '.join(restarted) or 'none'}.",
         "- Every number here, each paired difference's per-seed values included, is in the JSON beside this page.",
         "",
     ]
@@ -251,18 +261,29 @@ def field_markdown(
         lines += [f"Partial results: {done} of the {planned} planned field runs so far.", ""]
     elif not done:
         lines += ["No field run has finished yet.", ""]
+    lines += caveat_lines(results)
     lines += deviation_lines(results.get("evaluation"))
     lines += _notes_lines(notes)
     lines += ["## Rows", ""]
     for regime in _regimes(results):
         lines += _row_lines(results, regime)
     lines += ["## Paired differences against GRPO and LEAD", ""]
+    paired = [p for p in plots if Path(p).stem.startswith("differences")]
+    if paired:
+        lines += ["The comparison itself: each method minus GRPO at the same seed, accuracy and mean length, mean "
+                  "over the paired seeds with its 95 % t-interval, per regime.", ""]  # fmt: skip
+        lines += [f"![{Path(p).stem}]({p})" for p in paired] + [""]
+    if any("p_holm" in d for d in results["differences"]):
+        lines += ["Holm p: Holm's step-down over the page's accuracy and length differences against GRPO (the "
+                  "family of every field method, both regimes), on each difference's two-sided paired t-test of a "
+                  "zero mean; descriptive, as the section above says.", ""]  # fmt: skip
     for regime in _regimes(results):
         lines += _difference_lines(results, regime)
     frontier = [p for p in plots if Path(p).stem.startswith("frontier_")]
     if frontier:
         lines += ["## Frontier", "", "Accuracy against mean length, each point's bars its 95 % t-interval over "
-                  "seeds on both axes; below, where rows lie far apart, the same zoomed on the rows within "
+                  "seeds on both axes; each point is one strength of its method, not its frontier (the section on "
+                  "what these points can say). Below, where rows lie far apart, the same zoomed on the rows within "
                   f"{ZOOM_ACCURACY} accuracy of GRPO.", ""]  # fmt: skip
         lines += [f"![{Path(p).stem}]({p})" for p in frontier] + [""]
     lines += ["## The controllers over steps", ""]
@@ -270,8 +291,8 @@ def field_markdown(
     if trajectories:
         lines += ["Mean over seeds per step, the band its 95 % t-interval (from each run's metrics.jsonl): "
                   "A-DLP's `adlp/lambda`, AALC's `aalc/alpha` (alpha_t, once a validation has run), LASER-D's "
-                  "`laser_d/target_low|medium|high` (groups whose accuracy is below 1/3, in [1/3, 2/3), at least 2/3; "
-                  "0: the batch's longest response), ThinkPrune's `thinkprune/max_length`, "
+                  "`laser_d/target_low|medium|high` (groups whose accuracy is below 1/3, in [1/3, 2/3), at least 2/3), "
+                  "ThinkPrune's `thinkprune/max_length`, "
                   "LEAD's `lead/lambda_l`.", ""] + [f"![{Path(p).stem}]({p})" for p in trajectories] + [""]  # fmt: skip
     else:
         lines += ["No controller trajectory yet.", ""]

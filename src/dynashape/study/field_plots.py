@@ -13,13 +13,12 @@ from dynashape.study.results_plots import (
     FONT,
     MARKERS,
     PALETTE,
-    frame_methods_and_base,
     frontier_limits,
     legend_outside,
 )
 from dynashape.train.field_presets import FIELD_METHODS
 
-__all__ = ["CONTROL_STYLES", "plot_field"]
+__all__ = ["CONTROL_STYLES", "plot_differences", "plot_field"]
 
 CONTROL_STYLES: Mapping[str, Mapping[str, Any]] = {
     # the controls and the base in black and grey with large markers, apart from the field's 11 colours
@@ -75,16 +74,15 @@ def _frontier(ax: Any, results: Mapping[str, Any], regime: str, styles: Mapping[
         label = f"{row['method'].upper()} (control, n={row['n']})" if row["source"] == "controls" else (
             f"{row['method']} (n={row['n']})")  # fmt: skip
         _point(ax, row["mean_length"], row["accuracy"], styles[row["method"]], label)
-    if rows and "accuracy" in base and "mean_length" in base:
-        # as the follow-up's frontier: a base far from the methods is an arrow at the edge, not a point that
-        # squeezes 13 methods into a corner
-        xs = [v for r in rows for v in _ends(r["mean_length"])]
-        ys = [v for r in rows for v in _ends(r["accuracy"])]
-        frame_methods_and_base(
-            ax, xs, ys, base["mean_length"]["mean"], base["accuracy"]["mean"],
-            lambda: _point(ax, base["mean_length"], base["accuracy"], styles["base"],
-                           f"base (n={base['accuracy']['n']})"),
-        )  # fmt: skip
+    if rows:
+        # the base on the axes with the methods (the zoom panel below separates the crowded rows)
+        shown = [*rows, base] if "accuracy" in base and "mean_length" in base else rows
+        xlim, ylim = frontier_limits([v for r in shown for v in _ends(r["mean_length"])],
+                                     [v for r in shown for v in _ends(r["accuracy"])])  # fmt: skip
+        if shown is not rows:
+            _point(ax, base["mean_length"], base["accuracy"], styles["base"], f"base (n={base['accuracy']['n']})")
+        ax.set_xlim(*xlim)
+        ax.set_ylim(*ylim)
     ax.set_xlabel("mean length (tokens)", fontsize=FONT)
     ax.set_ylabel("accuracy", fontsize=FONT)
     ax.tick_params(labelsize=FONT - 1)
@@ -137,7 +135,7 @@ def _controllers(fig: Any, results: Mapping[str, Any], regime: str) -> bool:
 
     cols = min(3, len(methods))
     rows = -(-len(methods) // cols)
-    fig.set_size_inches(13, 1.0 + 3.4 * rows)
+    fig.set_size_inches(13, 1.0 + 4.0 * rows)
     axes = fig.subplots(rows, cols, squeeze=False)
     colours = ("#1f77b4", "#d95f02", "#2ca02c")
     for ax, method in zip(axes.flat, methods):
@@ -153,10 +151,55 @@ def _controllers(fig: Any, results: Mapping[str, Any], regime: str) -> bool:
         ax.set_xlabel("step", fontsize=FONT - 1)
         ax.tick_params(labelsize=FONT - 1)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=FONT - 2, loc="best")
+        # below the axes, where it covers no line or band
+        ax.legend(fontsize=FONT - 2, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=len(mine), frameon=False)
     for ax in list(axes.flat)[len(methods) :]:
         ax.axis("off")
     fig.suptitle(f"{regime}: the controllers over steps (mean over seeds, 95 % t-band)", fontsize=FONT + 1)
+    return True
+
+
+DIFFERENCE_MEASURES: Mapping[str, str] = {
+    "accuracy": "accuracy minus GRPO's",
+    "mean_length": "mean length minus GRPO's (tokens)",
+}
+
+
+def plot_differences(fig: Any, results: Mapping[str, Any], styles: Mapping[str, Mapping[str, Any]]) -> bool:
+    """The comparison itself: per regime (rows) and measure (columns), each field method minus GRPO at the same
+    seed, mean with its 95 % t-interval over the paired seeds, one line per method in its own colour and marker, 0
+    marked; False when no difference against GRPO exists."""
+    diffs = {(d["regime"], d["method"], d["metric"]): d for d in results["differences"] if d["versus"] == "grpo"}
+    regimes = sorted({r for r, _, _ in diffs}, reverse=True)
+    if not regimes:
+        return False
+    methods = sorted({m for _, m, _ in diffs}, reverse=True)  # alphabetical from the top
+    fig.set_size_inches(12, 1.2 + 0.42 * len(methods) * len(regimes))
+    axes = fig.subplots(len(regimes), len(DIFFERENCE_MEASURES), squeeze=False)
+    for row, regime in zip(axes, regimes):
+        for ax, (metric, label) in zip(row, DIFFERENCE_MEASURES.items()):
+            for y, method in enumerate(methods):
+                d = diffs.get((regime, method, metric))
+                if d is None:
+                    continue
+                x = d["estimate"]
+                xerr = [[x - d["interval"][0]], [d["interval"][1] - x]] if d.get("interval") else None
+                style = styles[method]
+                ax.errorbar([x], [y], xerr=xerr, fmt=style["marker"], color=style["color"], markersize=7, capsize=3,
+                            linewidth=1.4)  # fmt: skip
+            ax.axvline(0.0, color="black", linewidth=0.9)
+            ax.set_yticks(range(len(methods)))
+            ax.set_yticklabels([f"{m} (n={diffs[(regime, m, metric)]['n']})" if (regime, m, metric) in diffs else m
+                                for m in methods], fontsize=FONT - 1)  # fmt: skip
+            for tick, method in zip(ax.get_yticklabels(), methods):  # the method's colour on its name
+                tick.set_color(styles[method]["color"])
+            ax.set_ylim(-0.7, len(methods) - 0.3)
+            ax.set_xlabel(label, fontsize=FONT)
+            ax.tick_params(axis="x", labelsize=FONT - 1)
+            ax.grid(axis="x", alpha=0.3)
+            ax.set_title(f"{regime}: {label}", fontsize=FONT + 1)
+    fig.suptitle("Each method minus GRPO at the same seed (mean, 95 % t-interval over the paired seeds)",
+                 fontsize=FONT + 1)  # fmt: skip
     return True
 
 
@@ -171,6 +214,13 @@ def plot_field(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
     folder = Path(folder)
     written: list[Path] = []
     styles = _styles(results)
+    fig = plt.figure()
+    if plot_differences(fig, results, styles):
+        state.make_folder(folder)
+        fig.tight_layout()
+        state.save_figure(fig, folder / "differences.png", dpi=100)
+        written.append(folder / "differences.png")
+    plt.close(fig)
     for regime in sorted({r["regime"] for r in results["summary"]}, reverse=True):
         # the full frontier above, the zoom on GRPO's neighbourhood below (where it adds anything)
         fig, (ax, zoom) = plt.subplots(2, 1, figsize=(10.5, 11.0))

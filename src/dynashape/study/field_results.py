@@ -26,6 +26,7 @@ from typing import Any
 
 from dynashape.io import state
 from dynashape.study.claims import metric_value
+from dynashape.study.field_caveats import add_holm, caveats
 from dynashape.study.field_runs import (
     CONTROLS,
     CONTROLS_DEFAULT,
@@ -61,7 +62,7 @@ TRAJECTORIES: Mapping[str, tuple[str, ...]] = {
     # the controller state each shaper logs to metrics.jsonl (its namespace is its registry name)
     "adlp": ("adlp/lambda",),  # parts.weights.DualAscent: the length weight used at that step
     "aalc": ("aalc/alpha",),  # field.aalc: alpha_t, logged once a validation accuracy is known
-    "laser_d": ("laser_d/target_low", "laser_d/target_medium", "laser_d/target_high"),  # 0: the batch's longest
+    "laser_d": ("laser_d/target_low", "laser_d/target_medium", "laser_d/target_high"),  # grid lengths (or the longest)
     "thinkprune": ("thinkprune/max_length",),  # parts.field_channels.ScheduledCap: the cap in force
     "lead": ("lead/lambda_l",),  # the efficiency channel's weight (lambda_c = 1 - lambda_l)
 }
@@ -244,6 +245,8 @@ def build_field_results(
         for (regime, method), by_seed in sorted(both.items())
         for seed, ref in sorted(by_seed.items())
     ]
+    differences = _differences(field, control_rows)
+    add_holm(differences)
     control_commits = sorted({c for r in runs if r["source"] == "controls" for c in r["commits"]})
     results: dict[str, Any] = {
         "folder": str(out),
@@ -274,10 +277,11 @@ def build_field_results(
         "runs": runs,
         "base": _base(both),
         "summary": _summary(both, sources),
-        "differences": _differences(field, control_rows),
+        "differences": differences,
         "trajectories": _trajectories(both),
         "at_budget": _at_budget(field),
     }
+    results["caveats"] = caveats(field, control_rows, controls_dir, results)
     if evaluation is not None:
         results["evaluation"] = dict(evaluation)
     return results

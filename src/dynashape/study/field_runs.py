@@ -138,11 +138,17 @@ def load_controls(controls: Path, field: Rows, expected: Mapping[str, Any] | Non
 
 
 def history(ref: RunRef) -> dict[str, Any]:
-    """``commits`` (every invocation's, ``+dirty`` marked) and ``resumes`` (the steps it resumed from)."""
+    """``commits`` (every invocation's, ``+dirty`` marked), ``resumes`` (the steps it resumed from, > 0) and
+    ``restarts`` (the start times of invocations after the first that began at step 0: the run was cut off before
+    its first checkpoint, or its checkpoint was not used, and was trained again from the start)."""
     commits: list[str] = []
     entries = read_jsonl(ref["dir"] / "history.jsonl")
     for e in entries:
         name = f"{e.get('commit')}{'+dirty' if e.get('dirty') else ''}"
         if name not in commits:
             commits.append(name)
-    return {"commits": commits, "resumes": [e["from_step"] for e in entries if e.get("from_step", 0) > 0]}
+    return {
+        "commits": commits,
+        "resumes": [e["from_step"] for e in entries if e.get("from_step", 0) > 0],
+        "restarts": [e.get("started") for e in entries[1:] if e.get("from_step", 0) == 0],
+    }
