@@ -17,7 +17,6 @@ def _code_built_plans() -> dict[str, ComparisonPlan]:
     constants written out here): the files must say the same (their claims: ``test_the_files_claims_...``)."""
     frozen = json.loads((studies_dir() / "v2-frozen.json").read_text())
     V2_EVAL = {"n_samples": 16, "passk_samples": 64, "passk_keys": tuple(frozen["subset"]["keys"])}
-    from dynashape.study.field_runs import CONTROLS, CONTROLS_DEFAULT
     from dynashape.train.field_presets import FIELD_METHODS, FIELD_SEEDS
 
     lead_family = (
@@ -61,7 +60,7 @@ def _code_built_plans() -> dict[str, ComparisonPlan]:
             name="field",
             page="controls",
             report="docs/results-field.md",
-            controls={"folder": CONTROLS_DEFAULT, "rows": CONTROLS},
+            controls={"folder": "comparison-v2", "rows": ("grpo", "lead")},
         ),
     }
 

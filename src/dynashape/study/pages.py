@@ -4,7 +4,7 @@ been evaluated as its plan registered.
 The page is the one its study file names (``page``, ``PAGES``): ``claims``, claims decided by their intervals
 (``results``; the first comparison's); ``holm``, claims with margins decided by Holm's step-down, the registration
 kept verbatim (``holm_page``; the follow-up's); ``controls``, a descriptive page of rows beside another study's
-control runs (``field_results``; the field comparison's); ``generic``, a table per regime against the file's
+control runs (``controls_results``; the field comparison's); ``generic``, a table per regime against the file's
 baseline row (``generic_page``). An ad-hoc comparison (``--methods``, no plan) gets the claims page without claims.
 Every page records, beside the plan's evaluation, each run's own (its config.yaml);
 where they differ no verdict is written unless the caller asks for a page marked as deviating.
@@ -94,9 +94,9 @@ def _holm(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: Any,
 
 
 def _controls(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: Any, n_boot: int, controls: Any) -> Any:
-    from dynashape.study.field_results import write_field_results
+    from dynashape.study.controls_results import write_controls_results
 
-    return write_field_results(out, report, controls=controls, evaluation=evaluation)
+    return write_controls_results(out, report, plan, controls=controls, evaluation=evaluation)  # type: ignore[arg-type]
 
 
 def _generic(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: Any, n_boot: int, controls: Any) -> Any:

@@ -17,8 +17,6 @@ from dynashape.io import state
 from dynashape.study.evaluation_check import EvaluationMismatchError, evaluation_deviations, summarize
 
 __all__ = [
-    "CONTROLS",
-    "CONTROLS_DEFAULT",
     "PAIRED_ON",
     "ControlsError",
     "Rows",
@@ -29,9 +27,6 @@ __all__ = [
     "read_jsonl",
 ]
 
-CONTROLS: tuple[str, ...] = ("grpo", "lead")
-CONTROLS_DEFAULT = "comparison-v2"
-"""The controls' folder when none is named: this sibling of the field folder (results/comparison-v2)."""
 PAIRED_ON: tuple[str, ...] = ("eval.seed", "train.seed", "train.max_new_tokens", "base sha256")
 """What a control shares with the field runs of its seed."""
 
@@ -77,9 +72,9 @@ def _paired_keys(ref: RunRef) -> dict[str, Any]:
     }
 
 
-def load_controls(controls: Path, field: Rows, expected: Mapping[str, Any] | None) -> Rows:
-    """The control runs (GRPO, LEAD) at every (regime, seed) a field run finished at, from
-    ``controls/runs/<regime>/<method>-seed<s>``.
+def load_controls(controls: Path, field: Rows, expected: Mapping[str, Any] | None, methods: Sequence[str]) -> Rows:
+    """The control runs (``methods``: the study file's ``controls.rows``) at every (regime, seed) a field run finished
+    at, from ``controls/runs/<regime>/<method>-seed<s>``.
 
     Raises:
         ControlsError: a needed control is missing or unfinished (no eval.json), or differs from its field run in
@@ -90,13 +85,14 @@ def load_controls(controls: Path, field: Rows, expected: Mapping[str, Any] | Non
     needed = sorted({(regime, seed) for (regime, _), by_seed in field.items() for seed in by_seed})
     if needed and not controls.is_dir():
         raise ControlsError(
-            f"the controls' folder {controls} does not exist; the field page pairs each run with the follow-up's "
-            "grpo and lead runs at its seed (default: the field folder's sibling comparison-v2; --controls DIR)"
+            f"the controls' folder {controls} does not exist; the page pairs each run with the control runs "
+            f"({', '.join(methods)}) at its seed (default: the study file's controls.folder, a sibling of the "
+            "study's folder; --controls DIR)"
         )
     rows: Rows = {}
     missing, records = [], []
     for regime, seed in needed:
-        for method in CONTROLS:
+        for method in methods:
             rel = f"runs/{regime}/{method}-seed{seed}"
             path = controls / rel / "eval.json"
             if not path.exists():

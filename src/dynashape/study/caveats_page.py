@@ -1,13 +1,13 @@
 """The field page's section "What these points can and cannot say": what holds up first (the differences that
 survive Holm's step-down over the page's accuracy and length intervals against GRPO), then each limit of the
-comparison, every figure from results-field.json's ``caveats`` (``field_caveats.caveats``), the wording fixed."""
+comparison, every figure from results-field.json's ``caveats`` (``caveats.caveats``), the wording fixed."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from dynashape.study.field_caveats import SAMPLING_CONTROL
+from dynashape.study.caveats import SAMPLING_CONTROL
 
 __all__ = ["caveat_lines"]
 

@@ -16,9 +16,8 @@ from dynashape.study.results_plots import (
     frontier_limits,
     legend_outside,
 )
-from dynashape.train.field_presets import FIELD_METHODS
 
-__all__ = ["CONTROL_STYLES", "plot_differences", "plot_field"]
+__all__ = ["CONTROL_STYLES", "plot_controls", "plot_differences"]
 
 CONTROL_STYLES: Mapping[str, Mapping[str, Any]] = {
     # the controls and the base in black and grey with large markers, apart from the field's 11 colours
@@ -39,11 +38,11 @@ FIELD_COLOURS = tuple(c for c in PALETTE if c not in ("#7f7f7f", "#666666", "#1b
 """The shared palette without its greys and black, which mark the base and the controls here."""
 
 
-def _styles(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """A colour and a marker per field method (never shared; from the sorted names of all 11, so the same in every
-    plot and regime of the page), the controls' and the base's own."""
+def _styles(results: Mapping[str, Any], rows: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
+    """A colour and a marker per studied row (never shared; from the sorted names of the plan's ``rows`` and those
+    with runs, so the same in every plot and regime of the page), the controls' and the base's own."""
     # every field method's style, whether or not it has finished runs: one method, one style in every regime
-    field = sorted(set(FIELD_METHODS) | {r["method"] for r in results["summary"] if r["source"] == "field"})
+    field = sorted(set(rows) | {r["method"] for r in results["summary"] if r["source"] == "field"})
     styles = {
         m: {"color": FIELD_COLOURS[i % len(FIELD_COLOURS)], "marker": MARKERS[i % len(MARKERS)], "markersize": 8}
         for i, m in enumerate(field)
@@ -203,9 +202,9 @@ def plot_differences(fig: Any, results: Mapping[str, Any], styles: Mapping[str, 
     return True
 
 
-def plot_field(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
-    """Write the frontier and controller plots of ``results`` (``field_results.build_field_results``) into
-    ``folder``, per regime; returns their paths."""
+def plot_controls(results: Mapping[str, Any], folder: str | Path, rows: Sequence[str] = ()) -> list[Path]:
+    """Write the frontier and controller plots of ``results`` (``controls_results.build_controls_results``) into
+    ``folder``, per regime; returns their paths. ``rows``: every row the plan trains (each keeps its style)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -213,7 +212,7 @@ def plot_field(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
 
     folder = Path(folder)
     written: list[Path] = []
-    styles = _styles(results)
+    styles = _styles(results, rows)
     fig = plt.figure()
     if plot_differences(fig, results, styles):
         state.make_folder(folder)

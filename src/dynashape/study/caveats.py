@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from dynashape.io import state
+from dynashape.study.controls_runs import Rows, RunRef, _paired_keys, history, read_jsonl, run_ref
 from dynashape.study.decide import assess_part, holm
-from dynashape.study.field_runs import Rows, RunRef, _paired_keys, history, read_jsonl, run_ref
 from dynashape.study.stats import paired_values, t_interval
 from dynashape.train.field_presets import _AS_COMPARED  # the earlier forms the committed rows trained
 

@@ -1,6 +1,6 @@
 """The field comparison's page (docs/results-field.md): the head through ``<!-- plan:end -->`` kept byte for byte,
 then the rows, the paired differences, the plots, L1 at its fixed budgets and what this world can say, from the
-numbers of ``field_results.build_field_results``. Descriptive: intervals, never verdicts."""
+numbers of ``controls_results.build_controls_results``. Descriptive: intervals, never verdicts."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dynashape.study.field_caveats import HOLM_FAMILY
-from dynashape.study.field_caveats_page import caveat_lines
-from dynashape.study.field_plots import ZOOM_ACCURACY  # matplotlib-free at import: it loads in plot_field
+from dynashape.study.caveats import HOLM_FAMILY
+from dynashape.study.caveats_page import caveat_lines
+from dynashape.study.controls_plots import ZOOM_ACCURACY  # matplotlib-free at import: it loads in plot_controls
 from dynashape.study.results_page import NOTES_BEGIN, NOTES_END, deviation_lines, fmt_clock
 
-__all__ = ["PLAN_BEGIN", "PLAN_END", "field_markdown", "kept_head", "this_world_cell"]
+__all__ = ["PLAN_BEGIN", "PLAN_END", "controls_markdown", "kept_head", "this_world_cell"]
 
 PLAN_BEGIN, PLAN_END = "<!-- plan:begin -->", "<!-- plan:end -->"
 NAMES: Mapping[str, tuple[str, int]] = {  # measure -> (column name, digits)
@@ -224,7 +224,11 @@ def _provenance_lines(results: Mapping[str, Any], report: str, notes: str = "") 
         f"- Command: `{results.get('command') or 'n/a'}`; this page: `dynashape results {results['folder']} "
         f"--report {report}" + ("" if c["default"] else f" --controls {c['folder']}") + "`.",
         f"- Controls: `grpo` and `lead` from `{c['folder']}/runs/<regime>/<method>-seed<s>`"
-        + (" (the default: the field folder's sibling `comparison-v2`)" if c["default"] else " (named by --controls)")
+        + (
+            f" (the default: the field folder's sibling `{Path(c['folder']).name}`)"
+            if c["default"]
+            else " (named by --controls)"
+        )
         + f", trained at {', '.join(f'`{x[:12]}`' for x in c['commits']) or 'n/a'}; the field runs at "
         f"{', '.join(f'`{x[:12]}`' for x in c['field_commits']) or 'n/a'}. Each control is checked against its "
         f"field runs: registered evaluation, and the same {', '.join(c['paired_on'])}.",
@@ -241,7 +245,7 @@ def _provenance_lines(results: Mapping[str, Any], report: str, notes: str = "") 
     ]
 
 
-def field_markdown(
+def controls_markdown(
     results: Mapping[str, Any], head: str, plots: Sequence[str] = (), report: str = "", notes: str = ""
 ) -> str:
     """The page: ``head`` (through the plan's end marker) verbatim, then everything from ``results``, with the

@@ -5,8 +5,9 @@ committed before the first run and is kept byte for byte.
 Descriptive only (the plan says so): means over seeds with 95 % t-intervals, paired differences against GRPO and
 LEAD with theirs, the controllers' trajectories, L1 at its fixed budgets. No test, no verdict.
 
-The controls are not in the field folder: they are the follow-up's runs ``<controls>/runs/<regime>/grpo-seed<s>``
-and ``lead-seed<s>``, by default in the field folder's sibling ``comparison-v2`` (``--controls DIR`` names another).
+The controls are not in the study's folder: they are another study's runs ``<controls>/runs/<regime>/<row>-seed<s>``
+of the rows its file's ``controls.rows`` names, by default in the sibling folder ``controls.folder`` (the field
+study's: the follow-up's grpo and lead runs in ``comparison-v2``; ``--controls DIR`` names another).
 Every seed a field run finished at needs both controls, evaluated as the field runs were (the checked fields of
 config.yaml's eval section, ``evaluation_check``) and paired with them (the same evaluation seed, training seed,
 budget and base model); otherwise nothing is written.
@@ -20,16 +21,14 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from dynashape.io import state
+from dynashape.study.caveats import add_holm, caveats
 from dynashape.study.claims import metric_value
-from dynashape.study.field_caveats import add_holm, caveats
-from dynashape.study.field_runs import (
-    CONTROLS,
-    CONTROLS_DEFAULT,
+from dynashape.study.controls_runs import (
     PAIRED_ON,
     Rows,
     RunRef,
@@ -38,6 +37,7 @@ from dynashape.study.field_runs import (
     load_controls,
     read_jsonl,
 )
+from dynashape.study.plan_file import ComparisonPlan
 from dynashape.study.results import json_clean, load_runs
 from dynashape.study.stats import mean_sd, paired_values, t_interval
 
@@ -46,9 +46,9 @@ __all__ = [
     "L1_METHODS",
     "ROW_MEASURES",
     "TRAJECTORIES",
-    "build_field_results",
+    "build_controls_results",
     "measure_value",
-    "write_field_results",
+    "write_controls_results",
 ]
 
 FIELD_MEASURES: tuple[str, ...] = ("accuracy", "mean_length", "truncated_frac", "aes", "trap_pass@32")
@@ -132,12 +132,12 @@ def _base(rows: Rows) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _differences(field: Rows, controls: Rows) -> list[dict[str, Any]]:
+def _differences(field: Rows, controls: Rows, methods: Sequence[str]) -> list[dict[str, Any]]:
     """Each field method minus each control at the same seed, per measure: the per-seed differences and their
     mean with its 95 % t-interval."""
     out = []
     for (regime, method), by_seed in sorted(field.items()):
-        for control in CONTROLS:
+        for control in methods:
             other = controls.get((regime, control), {})
             for measure in FIELD_MEASURES:
                 diffs = paired_values(
@@ -218,25 +218,34 @@ def _run_entry(regime: str, method: str, seed: int, ref: RunRef, source: str, ro
     return entry
 
 
-def build_field_results(
-    out: str | Path, *, controls: str | Path | None = None, evaluation: Mapping[str, Any] | None = None
+def _plan_rows(plan: ComparisonPlan) -> list[str]:
+    """Every row the plan trains, in any regime: each gets one plot style whether or not it has finished runs."""
+    return sorted({row for rows in plan.rows.values() for row in rows})
+
+
+def build_controls_results(
+    out: str | Path,
+    plan: ComparisonPlan,
+    *,
+    controls: str | Path | None = None,
+    evaluation: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything results-field.json holds, from the field folder ``out`` and the controls' folder ``controls``
-    (None: ``out``'s sibling ``comparison-v2``); ``evaluation``: the plan's and each run's evaluation settings
+    (None: ``out``'s sibling ``plan.controls['folder']``); ``evaluation``: the plan's and each run's evaluation settings
     (``pages.evaluation_record``), whose ``plan`` the controls are checked against."""
     out = Path(out)
-    controls_dir = Path(controls) if controls is not None else out.parent / CONTROLS_DEFAULT
+    controls_dir = Path(controls) if controls is not None else out.parent / plan.controls["folder"]
+    methods = tuple(plan.controls["rows"])
     records = load_runs(out)
     meta = state.read_json(out / "comparison.json") if (out / "comparison.json").exists() else {}
     field = field_rows(out, records)
     if evaluation is not None and "plan" in evaluation:
         expected = evaluation["plan"]
-    else:  # the field plan's registered evaluation
-        from dynashape.study.compare import COMPARISON_PLAN
+    else:  # the plan's registered evaluation
         from dynashape.study.evaluation_check import registered_evaluation
 
-        expected = registered_evaluation(COMPARISON_PLAN["field"].eval)
-    control_rows = load_controls(controls_dir, field, expected)
+        expected = registered_evaluation(plan.eval)
+    control_rows = load_controls(controls_dir, field, expected, methods)
     both: Rows = {**field, **control_rows}
     sources = {key: "field" for key in field} | {key: "controls" for key in control_rows}
     roots = {"field": out, "controls": controls_dir}
@@ -245,7 +254,7 @@ def build_field_results(
         for (regime, method), by_seed in sorted(both.items())
         for seed, ref in sorted(by_seed.items())
     ]
-    differences = _differences(field, control_rows)
+    differences = _differences(field, control_rows, methods)
     add_holm(differences)
     control_commits = sorted({c for r in runs if r["source"] == "controls" for c in r["commits"]})
     results: dict[str, Any] = {
@@ -268,8 +277,8 @@ def build_field_results(
         "controls": {
             "folder": str(controls_dir),
             "default": controls is None,
-            "methods": list(CONTROLS),
-            "roles": {regime: {f"{c} control": c for c in CONTROLS} for regime in sorted({r for r, _ in field})},
+            "methods": list(methods),
+            "roles": {regime: {f"{c} control": c for c in methods} for regime in sorted({r for r, _ in field})},
             "commits": control_commits,
             "field_commits": sorted({c for r in runs if r["source"] == "field" for c in r["commits"]}),
             "paired_on": list(PAIRED_ON),
@@ -287,9 +296,10 @@ def build_field_results(
     return results
 
 
-def write_field_results(
+def write_controls_results(
     out: str | Path,
     report: str | Path,
+    plan: ComparisonPlan,
     *,
     controls: str | Path | None = None,
     evaluation: Mapping[str, Any] | None = None,
@@ -301,22 +311,22 @@ def write_field_results(
         ValueError: ``report`` has no plan block (``<!-- plan:begin -->`` ... ``<!-- plan:end -->``) to keep.
         ControlsError, EvaluationMismatchError: see ``load_controls``.
     """
-    from dynashape.study.field_page import field_markdown, kept_head
+    from dynashape.study.controls_page import controls_markdown, kept_head
     from dynashape.study.results_page import NOTES_BEGIN, NOTES_END, kept_block
 
     report = Path(report)
     head = kept_head(report)  # refuses before anything is computed or written
     notes = kept_block(report, NOTES_BEGIN, NOTES_END)
-    results = build_field_results(out, controls=controls, evaluation=evaluation)
+    results = build_controls_results(out, plan, controls=controls, evaluation=evaluation)
     plot_dir = report.with_suffix("")
     written: list[Path] = []
     try:
-        from dynashape.study.field_plots import plot_field
+        from dynashape.study.controls_plots import plot_controls
 
-        written = plot_field(results, plot_dir)
+        written = plot_controls(results, plot_dir, rows=_plan_rows(plan))
     except ImportError:  # matplotlib missing: tables only
         pass
     rel = [str(p.relative_to(report.parent)) for p in written]
     state.write_text(report.with_suffix(".json"), json.dumps(json_clean(results), indent=1, allow_nan=False))
-    state.write_text(report, field_markdown(results, head, rel, report=str(report), notes=notes))
+    state.write_text(report, controls_markdown(results, head, rel, report=str(report), notes=notes))
     return [report, report.with_suffix(".json"), *written]

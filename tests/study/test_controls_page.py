@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from dynashape.study.compare import COMPARISON_PLAN
+from dynashape.study.controls_page import PLAN_BEGIN, PLAN_END
+from dynashape.study.controls_results import FIELD_MEASURES, measure_value
+from dynashape.study.controls_runs import ControlsError
 from dynashape.study.evaluation_check import EvaluationMismatchError
-from dynashape.study.field_page import PLAN_BEGIN, PLAN_END
-from dynashape.study.field_results import FIELD_MEASURES, measure_value
-from dynashape.study.field_runs import ControlsError
 from dynashape.study.pages import write_page
 from dynashape.study.results_page import NOTES_BEGIN, NOTES_END
 
@@ -127,9 +127,9 @@ def folders(tmp_path):
 @pytest.fixture
 def no_plots(monkeypatch):
     """Tables only, for the tests that read numbers (the plots have their own test): seconds saved."""
-    from dynashape.study import field_plots
+    from dynashape.study import controls_plots
 
-    monkeypatch.setattr(field_plots, "plot_field", lambda results, folder: [])
+    monkeypatch.setattr(controls_plots, "plot_controls", lambda results, folder, rows=(): [])
 
 
 def _head(data: bytes) -> bytes:
@@ -347,7 +347,7 @@ def test_the_trajectory_names_are_the_ones_the_shapers_log():
     import torch
 
     from dynashape import RolloutBatch, get_shaper
-    from dynashape.study.field_results import TRAJECTORIES
+    from dynashape.study.controls_results import TRAJECTORIES
     from dynashape.train.field_presets import field_table
 
     batch = RolloutBatch(group_ids=torch.tensor([0, 0, 1, 1]), correct=torch.tensor([1, 0, 1, 1]),
@@ -364,11 +364,13 @@ def test_the_trajectory_names_are_the_ones_the_shapers_log():
 
 def test_the_thirteen_styles_are_distinct_and_a_method_keeps_its_own_in_every_regime():
     pytest.importorskip("matplotlib")
-    from dynashape.study.field_plots import CONTROL_STYLES, _styles
+    from dynashape.study.controls_plots import CONTROL_STYLES, _styles
     from dynashape.train.field_presets import FIELD_METHODS
 
-    only_two = _styles({"summary": [{"method": "laser", "source": "field"}, {"method": "saw", "source": "field"}]})
-    styles = _styles({"summary": [{"method": m, "source": "field"} for m in FIELD_METHODS]})
+    only_two = _styles(
+        {"summary": [{"method": "laser", "source": "field"}, {"method": "saw", "source": "field"}]}, FIELD_METHODS
+    )
+    styles = _styles({"summary": [{"method": m, "source": "field"} for m in FIELD_METHODS]}, FIELD_METHODS)
     assert only_two == styles  # the same style whichever methods a regime has finished
     field_colours = {styles[m]["color"] for m in FIELD_METHODS}
     assert len(field_colours) == len(FIELD_METHODS) == 11  # no two field methods share a colour
@@ -385,11 +387,11 @@ def test_the_base_is_on_the_frontiers_axes_however_far_from_the_methods(folders)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dynashape.study.field_plots import _frontier, _styles
-    from dynashape.study.field_results import build_field_results
+    from dynashape.study.controls_plots import _frontier, _styles
+    from dynashape.study.controls_results import build_controls_results
 
     field, _, _ = folders
-    results = build_field_results(field)
+    results = build_controls_results(field, COMPARISON_PLAN["field"])
     base = results["base"]["tight"]
     fig, ax = plt.subplots()
     assert _frontier(ax, results, "tight", _styles(results))
@@ -411,11 +413,11 @@ def test_the_differences_plot_draws_each_method_minus_grpo_with_its_interval(fol
     import matplotlib.pyplot as plt
     from matplotlib.container import ErrorbarContainer
 
-    from dynashape.study.field_plots import _styles, plot_differences
-    from dynashape.study.field_results import build_field_results
+    from dynashape.study.controls_plots import _styles, plot_differences
+    from dynashape.study.controls_results import build_controls_results
 
     field, _, _ = folders
-    results = build_field_results(field)
+    results = build_controls_results(field, COMPARISON_PLAN["field"])
     fig = plt.figure()
     assert plot_differences(fig, results, _styles(results))
     axes = fig.axes
@@ -439,7 +441,7 @@ def _paired(regime: str, method: str, versus: str, metric: str, estimate: float,
 
 
 def test_this_worlds_cell_prints_the_paired_differences_against_grpo_by_hand():
-    from dynashape.study.field_page import this_world_cell
+    from dynashape.study.controls_page import this_world_cell
 
     results = {
         "summary": [{"regime": "loose"}, {"regime": "tight"}],
@@ -484,7 +486,7 @@ WHICH_METHOD_WHEN_ROWS = {  # docs/algorithms.md's row name -> the field methods
 def test_the_which_method_when_table_carries_this_worlds_figures_from_the_committed_page():
     """docs/algorithms.md's table beside each paper's headline: its last column is the committed field page's
     JSON, every field method once; a page regenerated without the table fails here."""
-    from dynashape.study.field_page import this_world_cell
+    from dynashape.study.controls_page import this_world_cell
     from dynashape.train.field_presets import FIELD_METHODS
 
     assert sorted(m for ms in WHICH_METHOD_WHEN_ROWS.values() for m in ms) == sorted(FIELD_METHODS)
@@ -501,9 +503,8 @@ def test_the_readmes_paragraph_on_the_field_comparison_says_what_the_committed_p
     numbers: the Holm survivors it names (ALP and A-DLP shorter at a cost, ThinkPrune loose shorter, L1's accuracy)
     and DLER's Holm p; DLER's rollouts and DLER minus DAPO; the loose methods 3-8 tokens shorter with accuracy
     intervals covering 0 and the lowest end; L1's first batch; AALC's equal runs; the runs trained again."""
-    import re
 
-    from dynashape.study.field_page import NAMES, _cell
+    from dynashape.study.controls_page import NAMES, _cell
 
     results = json.loads((REPO / "docs" / "results-field.json").read_text())
     readme = (REPO / "README.md").read_text()
@@ -568,11 +569,11 @@ def test_the_zoom_panel_holds_the_rows_near_grpos_accuracy_and_only_when_a_row_l
     import matplotlib.pyplot as plt
     from matplotlib.container import ErrorbarContainer
 
-    from dynashape.study.field_plots import ZOOM_ACCURACY, _styles, _zoom
-    from dynashape.study.field_results import build_field_results
+    from dynashape.study.controls_plots import ZOOM_ACCURACY, _styles, _zoom
+    from dynashape.study.controls_results import build_controls_results
 
     field, _, _ = folders
-    results = build_field_results(field)
+    results = build_controls_results(field, COMPARISON_PLAN["field"])
     styles = _styles(results)
     fig, ax = plt.subplots()
     assert _zoom(ax, results, "tight", styles)
@@ -632,7 +633,7 @@ def test_holm_p_restarts_and_generation_are_computed_from_the_runs(folders, no_p
 
 
 def test_aalcs_rollouts_are_compared_with_grpos_value_for_value():
-    from dynashape.study.field_caveats import _same_rollouts
+    from dynashape.study.caveats import _same_rollouts
 
     grpo = [{"step": 1.0, "accuracy": 0.5, "length/mean": 60.0, "loss": 0.1, "grpo/reward_mean": 0.5},
             {"step": 2.0, "accuracy": 0.6, "length/d1/mean": 20.0, "truncated_frac": 0.0}]  # fmt: skip
@@ -642,21 +643,3 @@ def test_aalcs_rollouts_are_compared_with_grpos_value_for_value():
     aalc[1]["length/d1/mean"] = 21.0
     assert _same_rollouts(aalc, grpo) == 2
     assert _same_rollouts(aalc[:1], grpo) == 2  # a step missing is a difference
-
-
-def test_the_committed_field_page_regenerates_unchanged_from_its_runs(tmp_path, monkeypatch):
-    """docs/results-field.md and its JSON are a function of results/comparison-field/ and its controls alone:
-    `dynashape results` on the committed runs rewrites them (the generation time and the page's own path aside),
-    every caveat figure included."""
-    monkeypatch.chdir(REPO)  # the page names the folders as the command was given them
-    page = tmp_path / "results-field.md"
-    page.write_bytes((REPO / "docs" / "results-field.md").read_bytes())
-    write_page(Path("results/comparison-field"), page)
-    stamp = re.compile(r"\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)")
-    made = stamp.sub("", page.read_text().replace(str(page), "docs/results-field.md"))
-    assert made == stamp.sub("", (REPO / "docs" / "results-field.md").read_text())
-    made_json, committed = (
-        json.loads(p.read_text()) for p in (page.with_suffix(".json"), REPO / "docs/results-field.json")
-    )
-    assert made_json.pop("generated") and committed.pop("generated")
-    assert made_json == committed
