@@ -83,3 +83,14 @@ def test_docstrings_and_comments_cite_no_file_a_user_cannot_open():
     ]
     assert offenders == []
     assert _SPEC_FILE.search("see lead.md section 3") and not _SPEC_FILE.search("see docs/field-methods.md")
+
+
+def test_no_study_module_is_named_after_a_study():
+    """A study is a data file (studies/*.toml); the engine's modules are named by what they do, so a new study
+    adds no module. The names checked: every committed study's name and file stem, and the older names."""
+    from dynashape.study.plan_file import committed_plans, studies_dir
+
+    names = set(committed_plans()) | {p.stem for p in studies_dir().glob("*.toml")} | {"followup", "field"}
+    modules = [p.stem for p in (ROOT / "study").glob("*.py")]
+    assert {"v1", "v2", "full", "field"} <= names
+    assert [m for m in modules if set(m.split("_")) & names] == []
