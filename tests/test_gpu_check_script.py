@@ -93,7 +93,7 @@ def test_runs_every_part_reports_one_line_each_and_fails_when_one_fails(tmp_path
 
     args = build_parser().parse_args(shlex.split(train)[2:])
     assert (args.command, args.device, args.steps, args.eval_samples) == ("train", "cuda", 3, 1)
-    from dynashape.cli import _run_config
+    from dynashape.cli.commands import _run_config
 
     cfg = _run_config(args, args.method, args.seed)
     assert (cfg.device, cfg.train.steps, cfg.eval.n_samples, cfg.eval.max_new_tokens) == ("cuda", 3, 1, 96)

@@ -389,7 +389,8 @@ def test_presets_build_the_shaper_scaled_to_the_budget(name):
 
 
 def test_compare_command_takes_the_new_presets():
-    from dynashape.cli import _run_config, build_parser
+    from dynashape.cli import build_parser
+    from dynashape.cli.commands import _run_config
 
     args = build_parser().parse_args(["compare", "--methods", ",".join(NAMES), "--set", "shaper_kwargs.eps=1e-5"])
     for name in args.methods.split(","):

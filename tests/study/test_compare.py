@@ -279,7 +279,7 @@ def test_the_command_line_runs_resumes_and_writes_results(base_cache, tmp_path, 
 
 @pytest.mark.parametrize(("text", "seeds"), [("0,1,2", [0, 1, 2]), ("5", [0, 1, 2, 3, 4]), ("7,", [7]), (None, [9])])
 def test_seeds_are_a_list_or_a_count(text, seeds):
-    from dynashape.cli import _seeds
+    from dynashape.cli.commands import _seeds
 
     assert _seeds(text, (9,)) == seeds
     with pytest.raises(ValueError, match="--seeds"):

@@ -331,10 +331,11 @@ def test_controls_are_refused_for_another_plan(tmp_path):
 def test_a_field_compare_names_the_page_command_and_a_refusal_does_not_fail_its_runs(folders, monkeypatch, capsys):
     field, controls, page = folders
     from dynashape import cli
+    from dynashape.cli import commands as cli_commands
     from dynashape.study import compare
 
     monkeypatch.setattr(compare, "run_comparison", lambda out, **kw: {"failed": []})  # the runs are done
-    monkeypatch.setattr(cli, "_check_rows", lambda *args, **kw: None)
+    monkeypatch.setattr(cli_commands, "_check_rows", lambda *args, **kw: None)
     assert cli.main(["compare", "--plan", "field", "--out", str(field), "--no-progress"]) == 0
     assert f"dynashape results {field} --report docs/results-field.md" in capsys.readouterr().out
     (controls / "runs/tight/grpo-seed5/eval.json").unlink()

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from dynashape import cli
+from dynashape.cli import commands as cli_commands
 from dynashape.io.provenance import code_version
 from dynashape.study.compare import COMPARISON_PLAN, _trained_by
 from dynashape.train.run import train
@@ -23,13 +24,13 @@ def test_a_plans_evaluation_is_in_the_template_without_any_eval_flag():
     """The v2 plan's evaluation (16 samples, 64 on the 40-key subset) reaches the template its runs are made
     from when the command line sets no eval.* field; a command-line eval field still wins."""
     args = cli.build_parser().parse_args(["compare", "--plan", "v2", "--out", "x"])
-    template, _ = cli._template(args, COMPARISON_PLAN["v2"].eval)
+    template, _ = cli_commands._template(args, COMPARISON_PLAN["v2"].eval)
     registered = dict(COMPARISON_PLAN["v2"].eval)
     assert template.eval.n_samples == registered["n_samples"] == 16
     assert template.eval.passk_samples == 64
     assert template.eval.passk_keys == registered["passk_keys"] and len(template.eval.passk_keys) == 40
     args = cli.build_parser().parse_args(["compare", "--plan", "v2", "--out", "x", "--set", "eval.batch_size=8"])
-    template, _ = cli._template(args, COMPARISON_PLAN["v2"].eval)
+    template, _ = cli_commands._template(args, COMPARISON_PLAN["v2"].eval)
     assert (template.eval.batch_size, template.eval.n_samples) == (8, 16)
 
 

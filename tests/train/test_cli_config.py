@@ -8,7 +8,8 @@ from importlib import metadata
 
 import pytest
 
-from dynashape.cli import _run_config, build_parser, main
+from dynashape.cli import build_parser, main
+from dynashape.cli.commands import _run_config
 from dynashape.train.config import RunConfig, parse_overrides
 
 
@@ -93,13 +94,13 @@ def test_bad_set_on_the_command_line_exits_2_with_the_key(capsys):
     ],
 )
 def test_set_values_are_typed_by_their_field_and_strings_kept_as_written(item, section, key, value):
-    from dynashape.cli import _overrides
+    from dynashape.cli.commands import _overrides
 
     assert _overrides([item])[section][key] == value
 
 
 def test_set_shaper_kwargs_take_json_values_or_the_text():
-    from dynashape.cli import _overrides
+    from dynashape.cli.commands import _overrides
 
     kw = _overrides(["shaper_kwargs.weights=[0.5, 0.5]", "shaper_kwargs.mode=conditioned", "shaper_kwargs.a=0x10",
                      "shaper_kwargs.b=true", "shaper_kwargs.c='3'"])["train"]["shaper_kwargs"]  # fmt: skip

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dynashape.cli import _run_config, build_parser
+from dynashape.cli import build_parser
+from dynashape.cli.commands import _run_config
 from dynashape.train.config import (
     FLAT_TRAIN_KEYS,
     SECTIONS,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dynashape.cli import _overrides, build_parser
+from dynashape.cli import build_parser
+from dynashape.cli.commands import _overrides
 from dynashape.study.tables import compare_markdown, summarise_runs
 from dynashape.train.report import summarise_lambda, write_report
 from dynashape.world.datasets import load_dataset_problems
