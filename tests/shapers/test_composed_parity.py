@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import legacy_shapers as legacy
 from dynashape import RolloutBatch, get_shaper
-from dynashape.shapers.lead import LeadConfig
+from dynashape.methods.lead.config import LeadConfig
 from strategies import batches
 
 
