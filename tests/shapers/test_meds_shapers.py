@@ -7,8 +7,8 @@ import torch
 
 from dynashape import RolloutBatch, get_shaper
 from dynashape.meds.penalty import repeat_penalty
-from dynashape.methods.lead.psi import PSIController
 from dynashape.methods.lead.config import LeadConfig
+from dynashape.methods.lead.psi import PSIController
 from dynashape.shapers.meds import lead_advantages
 
 NAN = float("nan")

@@ -11,8 +11,8 @@ from dynashape import Shaped, Shaper, ShaperNeeds, register_shaper, shaper_needs
 from dynashape.integrations.verl import checks as verl_checks
 from dynashape.integrations.verl import estimators as ve
 from dynashape.integrations.verl.settings import parse_settings
-from dynashape.shapers import registry
 from dynashape.methods.grpo import GrpoConfig
+from dynashape.shapers import registry
 from dynashape.shapers.registry import shaper_class
 from dynashape.train.config import TRAINER_FINGERPRINT_LAYERS, EvalConfig, RunConfig, TrainConfig
 from dynashape.train.presets import PRESETS, preset_values
