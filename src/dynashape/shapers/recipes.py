@@ -108,8 +108,8 @@ def grpo(*, std: str, eps: float) -> Chain:
 
 @recipe("grpo_length", config=GrpoLengthConfig)
 def grpo_length(*, mode: str, threshold: float, weights: tuple[float, float], eps: float) -> Chain:
-    """LEAD's scalarised length baseline: r = w_c c + w_l r_len with r_len = 1[l <= T] ("classic") or
-    1[correct and l <= T] ("conditioned"), then GRPO normalisation, no whitening."""
+    """LEAD's scalarised length baseline (docs/algorithms.md "Baselines"): r = w_c c + w_l r_len with
+    r_len = 1[l <= T] ("classic") or 1[correct and l <= T] ("conditioned"), then GRPO, no whitening."""
     return Chain(
         Correctness(),
         LengthWithin(threshold, conditioned=mode == "conditioned"),
@@ -216,9 +216,10 @@ def kimi_length(*, weight: float, std: str, eps: float) -> Chain:
 
 @recipe("pass_rate_linear", config=PassRateLinearConfig, needs=OPTIONAL_REWARDS)
 def pass_rate_linear(*, coef: float, budget: float, only_correct: bool, scale: str, std: str, eps: float) -> Chain:
-    """prime-rl's difficulty-aware linear length penalty (`LinearLengthPenaltyConfig`, PR #2702): r = c - coef
-    p_q l / budget, p_q the group's pass rate; then centring (prime-rl) or GRPO normalisation. PipelineRL's
-    difficulty-aware overlong penalty is the same idea on DAPO's overlong term; it is not a method here."""
+    """prime-rl's difficulty-aware linear length penalty (`LinearLengthPenaltyConfig`, PR #2702; docs/algorithms.md
+    "Length rewards engines ship"): r = c - coef p_q l / budget, p_q the group's pass rate; then centring (prime-rl) or
+    GRPO normalisation. PipelineRL's difficulty-aware overlong penalty is the same idea on DAPO's overlong term; it is
+    not a method here."""
     penalised = PassRateLinear(coef, budget, only_correct, scale)
     return Chain(penalised, SumRewardColumns(), GroupNormalise(std, eps, "pass_rate_linear"))
 
@@ -248,8 +249,8 @@ def l1_exact(*, alpha: float) -> Chain:
 
 @recipe("l1_max", config=L1MaxConfig, needs=ShaperNeeds(budgets=True))
 def l1_max(*, alpha: float, delta: float, form: str) -> Chain:
-    """L1 / LCPO-Max: r = c clip(delta + (alpha / 2)(n_gold - n_y), 0, 1) (the code's
-    `get_delta_score_linear_both`; form="paper" gives the paper's slope alpha), then GRPO."""
+    """L1 / LCPO-Max (arXiv 2503.04697; cmu-l3/l1 `math_reward.py`): r = c clip(delta + (alpha / 2)(n_gold -
+    n_y), 0, 1) (the code's `get_delta_score_linear_both`; form="paper" gives the paper's slope alpha), then GRPO."""
     return Chain(L1MaxScore(alpha, delta, form, "l1_max"), GroupNormalise(namespace="l1_max"))
 
 
@@ -281,10 +282,11 @@ def laser_d(
     round_method: str,
     base: str,
 ) -> Chain:
-    """LASER-D: LASER's bonus with the target of the rollout's difficulty bucket (share of the group scoring 1:
-    >= 2/3, >= 1/3, below), each bucket's target the smallest grid length that keeps the expected correct answers
-    on a monitor set; then GRPO. Hand it the monitor's rollouts with ``observe(monitor=batch)`` before the first
-    step and every ``refresh_every`` steps; until then every target is ``initial_target``."""
+    """LASER-D (arXiv 2505.15612; hkust-nlp/Laser@c9e7c4ef): LASER's bonus with the target of the rollout's difficulty
+    bucket (share of the group scoring 1: >= 2/3, >= 1/3, below), each bucket's target the smallest grid length that
+    keeps the expected correct answers on a monitor set; then GRPO. Hand it the monitor's rollouts with
+    ``observe(monitor=batch)`` before the first step and every ``refresh_every`` steps; until then every target is
+    ``initial_target``."""
     config = LaserDConfig(
         alpha=alpha,
         initial_target=initial_target,
