@@ -249,7 +249,7 @@ class MedsShaper(Shaper):
     The official code divides a correct rollout's score by (1 + penalty) when correct answers are targeted
     (`target="right"/"both"`); we subtract, as the paper's equation does. The default (`target="wrong"`) is identical.
     Only targeted banks are stored (the official code also fills the untargeted bank, which never affects a
-    penalty)."""
+    penalty). A whole class, not a recipe: the memory is no part's plain-value state (the module docstring)."""
 
     config_cls = MedsConfig
     needs = ShaperNeeds(fingerprints=True, prompt_keys=True, reward_channels="optional")
@@ -307,8 +307,9 @@ class LeadMedsConfig(LeadConfig):
 @register_shaper("lead_meds")
 class LeadMedsShaper(Shaper):
     """LEAD with MEDS: the repeated-error penalty is subtracted from the correctness channel before LEAD's
-    decoupled normalisation; target lengths and the efficiency mask still use the verifier's verdict.
-    State: LEAD's controller and the error memory."""
+    decoupled normalisation (the ``lead`` recipe's chain after its Correctness part); target lengths and the
+    efficiency mask still use the verifier's verdict. State: LEAD's controller and the error memory. A whole class,
+    not a recipe: the memory is no part's plain-value state (the module docstring)."""
 
     config_cls = LeadMedsConfig
     needs = ShaperNeeds(fingerprints=True, prompt_keys=True, reward_channels="optional")
