@@ -180,3 +180,26 @@ def test_declared_reward_columns_refuse_columns_that_were_not_declared():
         run(Correctness(), RewardColumns("lead", ranges=((0.0, 1.0),), required=False, declared=True))
     flow = run(Correctness(), RewardColumns("lead", ranges=((0.0, 1.0), (-1.0, 1.0)), required=False, declared=True))
     assert flow.channels.shape == (5, 3)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "keys"),
+    [
+        ("lead", {}, {"version", "controller"}),
+        ("adlp", {}, {"version", "controller"}),
+        ("aalc", {}, {"version", "schedule"}),
+        ("thinkprune", {}, {"version", "schedule"}),
+        ("laser_d", {}, {"version", "buckets"}),
+        ("gfpo", {"adaptive_keep": (4, 6, 8, 8)}, {"version", "difficulty"}),
+        ("grpo", {}, set()),
+    ],
+)
+def test_the_recipes_keep_the_state_keys_checkpoints_hold(name, params, keys):
+    """A checkpoint written before the methods were recipes loads: the same keys under the same version."""
+    shaper = get_shaper(name, **params)
+    state = shaper.state_dict()
+    assert set(state) == keys
+    assert state.get("version", 1) == 1
+    fresh = get_shaper(name, **params)
+    fresh.load_state_dict(state)
+    assert fresh.state_dict() == state
