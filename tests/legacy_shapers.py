@@ -103,3 +103,76 @@ class Lead:
             values.append(w[j])
         metrics = metrics_dict("lead", names, values)
         return Shaped(advantages=advantages.float(), rewards=channels.float(), metrics=metrics)
+
+
+# ------------------------------------------------ the four length-reward shapers, before they were recipes
+def _length_normalised(name, shaped, batch, groups, std, eps, extra_names, extra_values):
+    """Their shared tail: add the batch's reward columns, GRPO-normalise, one metrics dict."""
+    reward = shaped if batch.rewards is None else shaped + batch.rewards.to(F64).sum(dim=1)
+    adv = group_normalize(reward, groups, std=std, eps=eps)
+    names = ["reward_mean", "reward_std", "advantage_abs_mean", "zero_advantage_frac", *extra_names]
+    values = [reward.mean(), reward.std(unbiased=False), adv.abs().mean(), zero_advantage_frac(reward, groups)]
+    metrics = metrics_dict(name, names, [*values, *extra_values])
+    return Shaped(advantages=adv.float(), rewards=reward.float().unsqueeze(1), metrics=metrics)
+
+
+def cosine(batch: RolloutBatch, cfg) -> Shaped:
+    from dynashape.methods.cosine import cosine_length_reward
+
+    reward = cosine_length_reward(
+        batch.correct,
+        batch.lengths,
+        min_value_wrong=cfg.min_value_wrong,
+        max_value_wrong=cfg.max_value_wrong,
+        min_value_correct=cfg.min_value_correct,
+        max_value_correct=cfg.max_value_correct,
+        max_len=cfg.max_len,
+        exceed_length=cfg.exceed_length,
+        exceed_margin=cfg.exceed_margin,
+    )
+    groups = Groups.from_ids(batch.group_ids)
+    beyond = (batch.lengths.to(F64) >= cfg.max_len).to(F64).mean()
+    return _length_normalised("cosine", reward, batch, groups, cfg.std, cfg.eps, ["beyond_max_len_frac"], [beyond])
+
+
+def kimi_length(batch: RolloutBatch, cfg) -> Shaped:
+    from dynashape.methods.kimi import kimi_length_reward
+
+    groups = Groups.from_ids(batch.group_ids)
+    length_reward = kimi_length_reward(batch.correct, batch.lengths, groups)
+    reward = batch.correct.to(F64) + cfg.weight * length_reward
+    names, values = ["length_reward_mean"], [length_reward.mean()]
+    return _length_normalised("kimi_length", reward, batch, groups, cfg.std, cfg.eps, names, values)
+
+
+def pass_rate_linear(batch: RolloutBatch, cfg) -> Shaped:
+    from dynashape.methods.pass_rate import pass_rate_linear_penalty
+
+    groups = Groups.from_ids(batch.group_ids)
+    penalty = pass_rate_linear_penalty(
+        batch.correct,
+        batch.lengths,
+        groups,
+        coef=cfg.coef,
+        budget=cfg.budget,
+        only_correct=cfg.only_correct,
+        scale=cfg.scale,
+    )
+    reward = batch.correct.to(F64) - penalty
+    return _length_normalised(
+        "pass_rate_linear", reward, batch, groups, cfg.std, cfg.eps, ["penalty_mean"], [penalty.mean()]
+    )
+
+
+def length_zscore(batch: RolloutBatch, cfg) -> Shaped:
+    from dynashape.methods.length_zscore import length_zscore_reward
+
+    groups = Groups.from_ids(batch.group_ids)
+    reward = length_zscore_reward(
+        batch.correct, batch.lengths, groups, alpha=cfg.alpha, wrong_reward=cfg.wrong_reward, z_eps=cfg.z_eps
+    )
+    correct = batch.correct
+    scale = torch.where(correct, reward, 0.0).sum() / correct.sum().clamp_min(1)
+    return _length_normalised(
+        "length_zscore", reward, batch, groups, cfg.std, cfg.eps, ["correct_reward_mean"], [scale]
+    )

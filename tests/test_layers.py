@@ -81,7 +81,7 @@ def imports_of(source: str, module: str, *, is_package: bool = False) -> list[st
 
 def test_layer_of_hand_checked():
     assert layer_of("dynashape.core.batch") == "core"
-    assert layer_of("dynashape.shapers.lead") == "shapers"
+    assert layer_of("dynashape.shapers.recipes") == "shapers"
     assert layer_of("dynashape") == "api"
     assert layer_of("dynashape.world.chain.teacher") == "world"
     assert layer_of("dynashape.integrations.verl.hooks") == "integrations"

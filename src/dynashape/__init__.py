@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         get_shaper,
         recipe,
         register_shaper,
+        shaper_class,
         shaper_needs,
     )
 
@@ -40,6 +41,7 @@ _EXPORTS = {
     "get_shaper": "dynashape.shapers",
     "recipe": "dynashape.shapers",
     "register_shaper": "dynashape.shapers",
+    "shaper_class": "dynashape.shapers",
     "shaper_needs": "dynashape.shapers",
 }
 

@@ -196,7 +196,7 @@ def test_fingerprints_and_prompt_keys_follow_the_shaper_declaration(tmp_path):
     """A shaper of any name that declares fingerprints gets them (and prompt keys); one that declares nothing does
     not; a shaper that declares prompt keys alone gets the keys."""
     from dynashape import Shaper, ShaperNeeds
-    from dynashape.shapers.grpo import GrpoConfig
+    from dynashape.methods.grpo import GrpoConfig
 
     def toy(needs):
         class Toy(Shaper):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import legacy_shapers as legacy
 from dynashape import RolloutBatch, get_shaper
-from dynashape.shapers.lead import LeadConfig
+from dynashape.methods.lead.config import LeadConfig
 from strategies import batches
 
 
@@ -121,3 +121,32 @@ def test_every_shaper_equals_its_hand_written_self_on_a_large_batch():
     ranges = ((0.0, 1.0), (0.0, 1.0))
     shaper, ref = get_shaper("lead", reward_ranges=ranges), legacy.Lead(LeadConfig(reward_ranges=ranges))
     same(shaper(two), ref(two))
+
+
+@settings(max_examples=60)
+@given(
+    st.integers(0, 3).flatmap(lambda k: batches(with_rewards=k) if k else batches()),
+    st.sampled_from(["cosine", "kimi_length", "pass_rate_linear", "length_zscore"]),
+    st.sampled_from(["unbiased", "none"]),
+    st.data(),
+)
+def test_the_length_reward_recipes_equal_their_hand_written_shapers(batch, name, std, data):
+    """cosine, kimi_length, pass_rate_linear, length_zscore: the reward part, the batch's reward columns summed
+    on, GRPO; the same numbers and metrics as the shapers they were, with and without reward columns."""
+    params = {
+        "cosine": lambda: {
+            "max_len": data.draw(st.floats(1, 9000)),
+            "exceed_length": data.draw(st.none() | st.floats(-10, 0)),
+            "exceed_margin": data.draw(st.floats(0, 32)),
+        },
+        "kimi_length": lambda: {"weight": data.draw(st.floats(0, 3))},
+        "pass_rate_linear": lambda: {
+            "coef": data.draw(st.floats(0, 1)),
+            "budget": data.draw(st.floats(1, 9000)),
+            "only_correct": data.draw(st.booleans()),
+            "scale": data.draw(st.sampled_from(["budget", "group_max"])),
+        },
+        "length_zscore": lambda: {"alpha": data.draw(st.floats(0, 0.5)), "wrong_reward": data.draw(st.floats(-2, 0))},
+    }[name]()
+    shaper = get_shaper(name, std=std, **params)
+    same(shaper(batch), getattr(legacy, name)(batch, shaper.config))

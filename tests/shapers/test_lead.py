@@ -247,13 +247,13 @@ def test_ema_decays_and_floor_is_not_written_back():
     for n in range(1, 15):
         out = shaper(saturated_batch())
         assert out.metrics["lead/target_lambda_c"] == 0.0
-        assert shaper.controller_.ema_[0].item() == pytest.approx(0.5 * 0.95**n, rel=1e-12)
+        assert shaper.held("controller").ema_[0].item() == pytest.approx(0.5 * 0.95**n, rel=1e-12)
     ema = 0.5 * 0.95**14  # 0.2438 < lambda_min
     assert out.metrics["lead/lambda_c"] == 0.3 and out.metrics["lead/lambda_l"] == 0.7
     # the floor was not written back: the next EMA starts from 0.2438, not 0.3
     out = shaper(efficient_batch())
     ema = 0.95 * ema + 0.05 * 1.0
-    assert shaper.controller_.ema_[0].item() == pytest.approx(ema, rel=1e-6)
+    assert shaper.held("controller").ema_[0].item() == pytest.approx(ema, rel=1e-6)
     assert out.metrics["lead/lambda_c"] == 0.3  # 0.2816 still floored
     out = shaper(efficient_batch())
     ema = 0.95 * ema + 0.05 * 1.0

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dynashape import RolloutBatch, available_shapers, config_class, get_shaper
-from dynashape.shapers.length_rewards import (
+from dynashape.methods import (
     CosineConfig,
     KimiLengthConfig,
     LengthZscoreConfig,

@@ -7,8 +7,9 @@ import torch
 
 from dynashape import RolloutBatch, get_shaper
 from dynashape.meds.penalty import repeat_penalty
+from dynashape.methods.lead.config import LeadConfig
 from dynashape.methods.lead.psi import PSIController
-from dynashape.shapers.lead import LeadConfig, lead_advantages
+from dynashape.shapers.meds import lead_advantages
 
 NAN = float("nan")
 # one prompt, six rollouts: four wrong with fingerprints, one wrong without (no \boxed{}), one correct

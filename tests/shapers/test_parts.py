@@ -21,10 +21,10 @@ from dynashape.methods import (
     l1_exact_reward,
     saw_advantages,
 )
+from dynashape.methods.lead.config import LeadConfig
 from dynashape.rewards.length import stop_properly_scale
 from dynashape.shapers import registry
 from dynashape.shapers.composed import ComposedShaper
-from dynashape.shapers.lead import LeadConfig
 from dynashape.shapers.parts import (
     BatchWhiten,
     Chain,

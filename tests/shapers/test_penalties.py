@@ -85,8 +85,21 @@ def test_bad_penalties_name_the_value(params, message):
 
 
 def test_a_shaper_not_built_from_parts_refuses_penalties():
-    with pytest.raises(ValueError, match="shaper 'cosine' is not built from parts: it takes no stop_properly"):
-        get_shaper("cosine", stop_properly=0.1)
+    with pytest.raises(ValueError, match="shaper 'meds' is not built from parts: it takes no stop_properly"):
+        get_shaper("meds", stop_properly=0.1)
+
+
+def test_a_length_reward_recipe_takes_the_penalties_on_its_reward():
+    """cosine is a chain now: stop_properly scales its cosine reward on the truncated rows, before GRPO."""
+    b = RolloutBatch(
+        group_ids=torch.tensor([0, 0]),
+        correct=torch.tensor([True, True]),
+        lengths=torch.tensor([0, 500]),
+        truncated=torch.tensor([False, True]),
+    )
+    out = get_shaper("cosine", max_len=1000.0, stop_properly=0.5)(b)
+    # cosine rewards 1 (l = 0) and 0.75 (l = max_len / 2: 0.5 + 0.25 (1 + cos(pi / 2))), the second halved
+    assert out.rewards[:, 0].tolist() == [1.0, 0.375]
 
 
 def test_penalties_keep_the_state_of_a_stateful_method():
@@ -108,5 +121,5 @@ def test_a_trainer_config_checks_the_penalty_keywords_as_get_shaper_does():
     assert cfg.shaper_kwargs["stop_properly"] == 0.1
     with pytest.raises(ValueError, match="shaper_kwargs of 'grpo'"):
         TrainConfig(shaper="grpo", shaper_kwargs={"overlong": {"buffer": 8}})  # max_length has no default
-    with pytest.raises(ValueError, match="shaper_kwargs of 'cosine': shaper 'cosine' is not built from parts"):
-        TrainConfig(shaper="cosine", shaper_kwargs={"stop_properly": 0.1})
+    with pytest.raises(ValueError, match="shaper_kwargs of 'meds': shaper 'meds' is not built from parts"):
+        TrainConfig(shaper="meds", shaper_kwargs={"stop_properly": 0.1})

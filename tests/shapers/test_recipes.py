@@ -154,7 +154,7 @@ def test_the_recipe_examples_in_the_docs_run(page, monkeypatch):
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     text = (Path(__file__).resolve().parents[2] / page).read_text()
-    (block,) = [b for b in text.split("```python\n")[1:] if "@recipe(" in b.split("```")[0]]
+    (block,) = [b for b in text.split("```python\n")[1:] if '@recipe("lead_saw")' in b.split("```")[0]]
     exec(block.split("```")[0], {})  # our own docs, not model output
     out = get_shaper("lead_saw", l_min=10.0, b_max=40.0)(RolloutBatch(**BATCH))
     assert out.rewards[:, 1].tolist() == [1.0, 0.5, 0.5, 0.5]

@@ -3,7 +3,7 @@ from dataclasses import fields
 import pytest
 
 from dynashape import Shaper, available_shapers, config_class, get_shaper, register_shaper
-from dynashape.shapers.grpo import GrpoConfig
+from dynashape.methods.grpo import GrpoConfig
 
 BUILTIN = ("grpo", "grpo_length", "gdpo", "lead", "shorterbetter", "meds", "lead_meds")
 

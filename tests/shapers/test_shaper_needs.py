@@ -11,8 +11,9 @@ from dynashape import Shaped, Shaper, ShaperNeeds, register_shaper, shaper_needs
 from dynashape.integrations.verl import checks as verl_checks
 from dynashape.integrations.verl import estimators as ve
 from dynashape.integrations.verl.settings import parse_settings
+from dynashape.methods.grpo import GrpoConfig
 from dynashape.shapers import registry
-from dynashape.shapers.grpo import GrpoConfig, GrpoShaper
+from dynashape.shapers.registry import shaper_class
 from dynashape.train.config import TRAINER_FINGERPRINT_LAYERS, EvalConfig, RunConfig, TrainConfig
 from dynashape.train.presets import PRESETS, preset_values
 
@@ -68,7 +69,7 @@ def test_presets_take_fingerprints_from_the_declaration(monkeypatch):
         declared = shaper_needs(values["shaper"]).fingerprints
         assert values.get("fingerprint_layers") == (TRAINER_FINGERPRINT_LAYERS if declared else None), method
     assert "fingerprint_layers" not in preset_values("grpo", 64)
-    monkeypatch.setattr(GrpoShaper, "needs", ShaperNeeds(fingerprints=True))  # grpo now says it reads them
+    monkeypatch.setattr(shaper_class("grpo"), "needs", ShaperNeeds(fingerprints=True))  # grpo now says it reads them
     assert preset_values("grpo", 64)["fingerprint_layers"] == TRAINER_FINGERPRINT_LAYERS
     assert preset_values("dapo", 64)["fingerprint_layers"] == TRAINER_FINGERPRINT_LAYERS
 

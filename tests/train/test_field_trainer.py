@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dynashape.meds.keys import prompt_key
-from dynashape.shapers.field import L1ExactShaper
+from dynashape.shapers import shaper_class
 from dynashape.train import checkpoint as ckpt
 from dynashape.train.base_model import prompted, world_of
 from dynashape.train.config import BudgetPromptConfig, TrainConfig
@@ -138,8 +138,9 @@ def test_each_field_shaper_trains_in_the_reference_trainer(name, tiny_config, pa
 
 def test_l1_gets_the_budget_each_rollouts_prompt_names(tiny_config, parity_verifier, tmp_path, monkeypatch):
     seen = []
-    original = L1ExactShaper.shape
-    monkeypatch.setattr(L1ExactShaper, "shape", lambda self, batch: seen.append(batch) or original(self, batch))
+    l1_exact = shaper_class("l1_exact")
+    original = l1_exact.shape
+    monkeypatch.setattr(l1_exact, "shape", lambda self, batch: seen.append(batch) or original(self, batch))
     budget_prompt = {"enabled": True, "eval_budgets": (6, 12)}
     cfg = tiny_config("grpo", shaper="l1_exact", shaper_kwargs={"alpha": 0.01}, budget_prompt=budget_prompt)
     result = train(cfg, tmp_path / "run", progress=False, verifier=parity_verifier, report=False)
@@ -228,7 +229,8 @@ def test_gfpo_dropped_rows_leave_the_trainers_loss(tiny_config, parity_verifier,
     One on-policy update per step (one mini-batch, one epoch, fused): ratio 1, so pg_loss = -sum(A m) / sum(m)
     over the kept rows' tokens m, worked from the shaper's own keep and the tensors the loss received."""
     from dynashape.losses import registry as objectives
-    from dynashape.shapers.field import GfpoShaper
+
+    GfpoShaper = shaper_class("gfpo")
 
     shaped, calls = [], []
     original_shape, clip = GfpoShaper.shape, objectives.get_loss("clip")

@@ -12,9 +12,32 @@ from typing import Any
 
 import torch
 
-__all__ = ["as_correct", "as_lengths", "as_rewards", "capped_correct", "check_rows", "require_int"]
+__all__ = [
+    "STD_KINDS",
+    "WHITEN_MODES",
+    "as_correct",
+    "as_lengths",
+    "as_rewards",
+    "capped_correct",
+    "check_norm",
+    "check_rows",
+    "require_int",
+]
 
 _F64 = torch.float64
+
+#: Group normalisation: "unbiased" divides by the group's Bessel std + eps (GRPO), "none" only centres.
+STD_KINDS: tuple[str, ...] = ("unbiased", "none")
+#: BatchWhiten: "token" weights rollouts by length (verl's masked_whiten), "sequence" equally (TRL), "none".
+WHITEN_MODES: tuple[str, ...] = ("token", "sequence", "none")
+
+
+def check_norm(std: str, eps: float) -> None:
+    """Refuse a group normalisation's std kind or eps, naming the field."""
+    from dynashape.core.checks import require_choice, require_range
+
+    require_choice("std", std, STD_KINDS)
+    require_range("eps", eps, 0.0, None, low_open=True)  # eps = 0 turns a constant group's 0 / 0 into NaN
 
 
 def check_rows(**tensors: torch.Tensor | None) -> int:

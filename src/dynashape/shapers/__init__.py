@@ -1,10 +1,11 @@
 """Advantage shapers: one registry, one signature `shaper(batch) -> Shaped`, and each shaper's declaration of
 what it reads (`Shaper.needs`, `shaper_needs(name)`).
 
-Importing this package registers the built-in shapers.
+Importing this package registers the built-in shapers: every method a chain of parts as one recipe
+(`dynashape.shapers.recipes`), MEDS and LEAD-MEDS as whole classes (`dynashape.shapers.meds`).
 """
 
-from dynashape.shapers import field, grpo, lead, length_rewards, meds
+from dynashape.shapers import meds, recipes
 from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds
 from dynashape.shapers.recipe import recipe
 from dynashape.shapers.registry import (
@@ -13,6 +14,7 @@ from dynashape.shapers.registry import (
     config_class,
     get_shaper,
     register_shaper,
+    shaper_class,
     shaper_needs,
 )
 
@@ -26,5 +28,6 @@ __all__ = [
     "get_shaper",
     "recipe",
     "register_shaper",
+    "shaper_class",
     "shaper_needs",
 ]

@@ -8,9 +8,11 @@ import torch
 
 from dynashape.core.batch import RolloutBatch
 from dynashape.core.groups import Groups, group_max, group_min, whiten
+from dynashape.methods._inputs import WHITEN_MODES
+
+__all__ = ["F64", "WHITEN_MODES", "batch_whiten", "metrics_dict", "reject_rewards", "zero_advantage_frac"]
 
 WhitenMode = Literal["token", "sequence", "none"]
-WHITEN_MODES: tuple[str, ...] = ("token", "sequence", "none")
 F64 = torch.float64
 
 

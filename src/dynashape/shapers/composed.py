@@ -8,7 +8,9 @@ The chain is built once from the config (`reset`), with the engines' penalties g
 (``penalties``: `Overlong`, `StopProperly`, from ``get_shaper(name, overlong=..., stop_properly=...)``) put right
 after its first part, on the method's reward channel. Its state is the tuple of the parts' states, advanced
 exactly once per call and only when the whole chain succeeded (a refused batch moves nothing). `state_dict`
-holds the stateful parts' plain-value states by their ``state_key``, under a version number.
+holds the stateful parts' plain-value states by their ``state_key``, under a version number. A method that applies
+one of those penalties itself, from its config (DLER's stop-properly multiplier), names it in ``own_penalties``
+and is refused the keyword rather than given the penalty twice.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dynashape.core.batch import RolloutBatch
 from dynashape.shapers._common import reject_rewards
 from dynashape.shapers.base import Shaped, Shaper
 from dynashape.shapers.parts.flow import Chain, Flow, Part, start
-from dynashape.shapers.parts.penalties import with_penalties
+from dynashape.shapers.parts.penalties import penalty_key, with_penalties
 
 __all__ = ["ComposedShaper"]
 
@@ -30,10 +32,24 @@ class ComposedShaper(Shaper):
     """Base of the shapers that are a chain of parts; subclasses implement `chain` (from ``self.config``)."""
 
     state_version: ClassVar[int] = 1
+    own_penalties: ClassVar[tuple[str, ...]] = ()
+    """The engines' penalties (``PENALTY_KEYS``) this method applies itself, from its config."""
 
     def __init__(self, config: Any = None, *, penalties: tuple[Part, ...] = ()) -> None:
+        self.check_penalties(penalties)
         self.penalties = tuple(penalties)
         super().__init__(config)
+
+    @classmethod
+    def check_penalties(cls, penalties: tuple[Part, ...]) -> None:
+        """Refuse a penalty the method applies itself (``own_penalties``): it would act twice."""
+        for part in penalties:
+            key = penalty_key(part)
+            if key in cls.own_penalties:
+                raise ValueError(
+                    f"{cls.name} applies its own {key.replace('_', '-')} penalty from its config: set it there, "
+                    f"not with {key}"
+                )
 
     @abstractmethod
     def chain(self) -> Chain:
@@ -42,6 +58,15 @@ class ComposedShaper(Shaper):
     def reset(self) -> None:
         self.chain_ = with_penalties(self.chain(), self.penalties)
         self.state_ = self.chain_.init()
+
+    def held(self, state_key: str) -> Any:
+        """A snapshot of one stateful part's state as the layer-2 object it holds (LEAD's ``"controller"``: a
+        `PSIController`, to read its ``ema_`` and ``n_updates_``); changing it changes nothing here."""
+        for part, state in zip(self.chain_.parts, self.state_, strict=True):
+            if part.state_key == state_key and hasattr(part, "held"):
+                return part.held(state)  # type: ignore[attr-defined]
+        keys = [p.state_key for p in self.chain_.parts if hasattr(p, "held")]
+        raise KeyError(f"shaper {self.name!r} has no part holding {state_key!r}; it has {keys}")
 
     def run(self, flow: Flow) -> Flow:
         """Run the chain on `flow`, advancing the state once when every part succeeded."""

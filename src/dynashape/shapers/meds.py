@@ -1,7 +1,9 @@
 """MEDS shapers (arXiv 2604.11297): `meds` (penalised scalar reward, GRPO normalisation) and `lead_meds` (the penalty
-on LEAD's correctness channel, then LEAD).
+on LEAD's correctness channel, then LEAD's chain from `dynashape.shapers.recipes`).
 
-The error memory is part of the shaper's state: one call = one memory visit for every prompt in the batch.
+Both stay whole `Shaper` classes rather than recipes: their state is the error memory, an object that fits HDBSCAN
+clusterings as it is visited and may run refit workers in other processes (``close`` stops them), where a part's
+state is plain values advanced by a pure update. One call = one memory visit for every prompt in the batch.
 """
 
 from __future__ import annotations
@@ -19,15 +21,27 @@ from dynashape.core.checks import require_choice, require_range
 from dynashape.core.groups import Groups, group_normalize
 from dynashape.meds.memory import DEFAULT_MAX_PER_BANK, DEFAULT_MAX_POINTS
 from dynashape.meds.penalty import repeat_penalty
+from dynashape.methods.lead.config import LeadConfig
+from dynashape.methods.lead.psi import ControllerStep, PSIController
 from dynashape.shapers._common import F64, metrics_dict
 from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds
-from dynashape.shapers.lead import LeadConfig, check_lead_batch, lead_advantages, lead_metrics
+from dynashape.shapers.parts import Chain, Flow, start
+from dynashape.shapers.recipes import lead as lead_recipe
 from dynashape.shapers.registry import register_shaper
 
 if TYPE_CHECKING:
     from dynashape.meds.memory import ErrorMemory, MemoryConfig
 
-__all__ = ["LeadMedsConfig", "LeadMedsShaper", "MedsConfig", "MedsShaper"]
+__all__ = [
+    "LeadMedsConfig",
+    "LeadMedsShaper",
+    "LeadOutput",
+    "MedsConfig",
+    "MedsShaper",
+    "check_lead_batch",
+    "lead_advantages",
+    "lead_metrics",
+]
 
 _STATE_VERSION = 1
 TARGETS = ("wrong", "right", "both")
@@ -94,6 +108,78 @@ class MedsConfig:
         from dynashape.meds.memory import ErrorMemory
 
         return ErrorMemory.from_config(self.memory_config())
+
+
+@dataclass(frozen=True)
+class LeadOutput:
+    """Everything one LEAD step computed (float64 unless noted), for the shaper, tests and plots."""
+
+    advantages: torch.Tensor  # [N], after whitening
+    channels: torch.Tensor  # [N, K] raw channel rewards: correctness, r_l, extras
+    channel_advantages: torch.Tensor  # [N, K] group-normalised
+    targets: torch.Tensor  # [G] L*_q
+    step: ControllerStep
+    mu: torch.Tensor  # [K]
+    sigma: torch.Tensor  # [K]
+    groups: Groups
+    metrics: dict[str, float]  # LEAD's logged metrics (docs/algorithms.md "LEAD"), namespaced "lead/"
+
+
+def check_lead_batch(batch: RolloutBatch, config: LeadConfig) -> None:
+    """Refuse a batch LEAD cannot use, before any state moves: `rewards` columns must match `reward_ranges`."""
+    if config.reward_ranges:
+        if batch.rewards is None or batch.rewards.shape[1] != len(config.reward_ranges):
+            got = None if batch.rewards is None else tuple(batch.rewards.shape)
+            raise ValueError(
+                f"lead reward_ranges declares {len(config.reward_ranges)} extra channels but batch rewards "
+                f"has shape {got}"
+            )
+    elif batch.rewards is not None:
+        raise ValueError(
+            f"shaper 'lead' got rewards of shape {tuple(batch.rewards.shape)} but reward_ranges is empty; "
+            "declare each column's [R_min, R_max] in reward_ranges to use them as channels"
+        )
+
+
+def _lead_output(flow: Flow) -> LeadOutput:
+    values = flow.values
+    return LeadOutput(
+        advantages=flow.require("advantages", "lead"),
+        channels=flow.require("channels", "lead"),
+        channel_advantages=values["channel_advantages"],
+        targets=values["targets"],
+        step=values["controller_step"],
+        mu=values["mu"],
+        sigma=values["sigma"],
+        groups=flow.groups,
+        metrics=dict(flow.metrics),
+    )
+
+
+def lead_advantages(
+    batch: RolloutBatch,
+    correctness: torch.Tensor,
+    controller: PSIController,
+    config: LeadConfig,
+) -> LeadOutput:
+    """One LEAD step on a batch, with the correctness channel given (0/1, or minus MEDS's penalty).
+
+    correctness: float Tensor [N]. Target lengths and the efficiency channel's controller mask always use the
+    verifier's verdict `batch.correct`. Advances `controller` once, after `check_lead_batch` accepted the batch.
+    """
+    check_lead_batch(batch, config)
+    # this page's lead chain without its Correctness part: the flow arrives with the correctness channel set
+    chain = Chain(*lead_recipe(**{f.name: getattr(config, f.name) for f in fields(LeadConfig)}).parts[1:])
+    head = start(batch).with_channel(correctness.to(F64), (0.0, 1.0))
+    state = tuple(controller.state_dict() if p.state_key else None for p in chain.parts)
+    flow, state = chain.update(head, state)
+    controller.load_state_dict(chain.state_dict(state)["controller"])
+    return _lead_output(flow)
+
+
+def lead_metrics(out: LeadOutput, batch: RolloutBatch, prefix: str = "lead") -> dict[str, float]:
+    """LEAD's logged metrics (docs/algorithms.md "LEAD") (plus one lambda per extra channel), under `prefix`."""
+    return {f"{prefix}/{key.partition('/')[2]}": value for key, value in out.metrics.items()}
 
 
 class _MemoryPenalty:
@@ -163,7 +249,7 @@ class MedsShaper(Shaper):
     The official code divides a correct rollout's score by (1 + penalty) when correct answers are targeted
     (`target="right"/"both"`); we subtract, as the paper's equation does. The default (`target="wrong"`) is identical.
     Only targeted banks are stored (the official code also fills the untargeted bank, which never affects a
-    penalty)."""
+    penalty). A whole class, not a recipe: the memory is no part's plain-value state (the module docstring)."""
 
     config_cls = MedsConfig
     needs = ShaperNeeds(fingerprints=True, prompt_keys=True, reward_channels="optional")
@@ -221,8 +307,9 @@ class LeadMedsConfig(LeadConfig):
 @register_shaper("lead_meds")
 class LeadMedsShaper(Shaper):
     """LEAD with MEDS: the repeated-error penalty is subtracted from the correctness channel before LEAD's
-    decoupled normalisation; target lengths and the efficiency mask still use the verifier's verdict.
-    State: LEAD's controller and the error memory."""
+    decoupled normalisation (the ``lead`` recipe's chain after its Correctness part); target lengths and the
+    efficiency mask still use the verifier's verdict. State: LEAD's controller and the error memory. A whole class,
+    not a recipe: the memory is no part's plain-value state (the module docstring)."""
 
     config_cls = LeadMedsConfig
     needs = ShaperNeeds(fingerprints=True, prompt_keys=True, reward_channels="optional")

@@ -13,13 +13,16 @@ After optax's ``alias.py`` (``adamw = chain(scale_by_adam(...), add_decayed_weig
 The keyword arguments become the shaper's frozen config dataclass (``config_class("lead_saw")``): each one
 typed and defaulted, a value of the wrong type refused with its name, an unknown keyword refused (nothing is
 accepted and ignored). A method whose parameters need more checks than their types passes its own config
-dataclass (``config=``); its fields must then be exactly the function's keywords. The shaper is a
-``ComposedShaper``: its state is the chain's, so checkpoints work as for every composed shaper.
+dataclass (``config=``); its fields must then be exactly the function's keywords, and the config holds the
+defaults (a keyword may leave its default out, and one it gives must equal the config's), so a default is written
+once. The decorated function then validates its keywords through the config before building the chain. The
+shaper is a ``ComposedShaper``: its state is the chain's, so checkpoints work as for every composed shaper.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import math
 import typing
@@ -29,6 +32,7 @@ from typing import Any, Literal, TypeVar
 from dynashape.shapers.base import ShaperNeeds
 from dynashape.shapers.composed import ComposedShaper
 from dynashape.shapers.parts.flow import Chain
+from dynashape.shapers.parts.penalties import PENALTY_KEYS
 from dynashape.shapers.registry import register_shaper
 
 __all__ = ["recipe"]
@@ -36,13 +40,14 @@ __all__ = ["recipe"]
 F = TypeVar("F", bound=Callable[..., Chain])
 
 
-def _keywords(fn: Callable[..., Chain], name: str) -> list[inspect.Parameter]:
-    """The recipe's keyword-only parameters; anything else (a positional one, a default-less one) is refused."""
+def _keywords(fn: Callable[..., Chain], name: str, *, defaults: bool = True) -> list[inspect.Parameter]:
+    """The recipe's keyword-only parameters; anything else (a positional one, or with ``defaults`` a default-less
+    one) is refused."""
     params = list(inspect.signature(fn).parameters.values())
     for p in params:
         if p.kind is not inspect.Parameter.KEYWORD_ONLY:
             raise TypeError(f"recipe {name!r}: parameter {p.name!r} must be keyword-only (after a bare *)")
-        if p.default is inspect.Parameter.empty:
+        if defaults and p.default is inspect.Parameter.empty:
             raise TypeError(f"recipe {name!r}: parameter {p.name!r} needs a default (a method runs by its name alone)")
     return params
 
@@ -98,22 +103,53 @@ def _config_from_signature(fn: Callable[..., Chain], name: str) -> type:
 
 
 def _config_matching(fn: Callable[..., Chain], name: str, config: type) -> type:
-    """``config`` when its fields are exactly ``fn``'s keywords (so none is accepted and ignored)."""
-    keywords = {p.name for p in _keywords(fn, name)}
-    fields = {f.name for f in dataclasses.fields(config)}
-    if keywords != fields:
+    """``config`` when its fields are exactly ``fn``'s keywords (so none is accepted and ignored) and every default
+    ``fn`` writes is the config's (so the two cannot drift apart)."""
+    params = _keywords(fn, name, defaults=False)
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    if {p.name for p in params} != set(fields):
         raise TypeError(
             f"recipe {name!r}: {config.__name__}'s fields {sorted(fields)} differ from the function's keywords "
-            f"{sorted(keywords)}"
+            f"{sorted(p.name for p in params)}"
         )
+    defaults = config()
+    for p in params:
+        if p.default is not inspect.Parameter.empty and p.default != getattr(defaults, p.name):
+            raise TypeError(
+                f"recipe {name!r}: {p.name}={p.default!r} differs from {config.__name__}'s default "
+                f"{getattr(defaults, p.name)!r} (leave the default out: the config holds it)"
+            )
     return config
 
 
-def recipe(name: str, *, needs: ShaperNeeds | None = None, config: type | None = None) -> Callable[[F], F]:
+def _validating(fn: F, config: type) -> F:
+    """``fn`` called through ``config``: its keywords validated and defaulted by the config class, so calling the
+    recipe directly refuses what ``get_shaper`` refuses. Its signature shows the config's defaults."""
+    defaults = config()
+
+    @functools.wraps(fn)
+    def build(**kw: Any) -> Chain:
+        cfg = config(**kw)
+        return fn(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+
+    params = [p.replace(default=getattr(defaults, p.name)) for p in inspect.signature(fn).parameters.values()]
+    build.__signature__ = inspect.signature(fn).replace(parameters=params)  # type: ignore[attr-defined]
+    return build  # type: ignore[return-value]
+
+
+def recipe(
+    name: str,
+    *,
+    needs: ShaperNeeds | None = None,
+    config: type | None = None,
+    own_penalties: tuple[str, ...] = (),
+) -> Callable[[F], F]:
     """Register the decorated function as the shaper ``name``: ``get_shaper(name, **kw)`` builds the chain
     ``fn(**kw)`` inside a ``ComposedShaper``. ``needs`` declares what it reads beyond verdicts and lengths
     (``ShaperNeeds``); ``config`` is an existing config dataclass to validate with (default: one made from the
-    function's annotated keyword arguments). Returns the function unchanged, so it still builds a bare chain."""
+    function's annotated keyword arguments); ``own_penalties`` names the engines' penalties (``PENALTY_KEYS``) the
+    method applies itself from its config, which ``get_shaper`` then refuses rather than apply twice. Returns the
+    function (through ``config`` when given), so it still builds a bare chain."""
 
     def decorate(fn: F) -> F:
         cfg = _config_from_signature(fn, name) if config is None else _config_matching(fn, name, config)
@@ -133,12 +169,17 @@ def recipe(name: str, *, needs: ShaperNeeds | None = None, config: type | None =
                 "config_cls": cfg,
                 "needs": needs if needs is not None else ShaperNeeds(),
                 "chain": chain,
-                "recipe": staticmethod(fn),
+                "own_penalties": tuple(own_penalties),
+                "recipe": staticmethod(fn if config is None else _validating(fn, config)),
                 "__doc__": fn.__doc__,
                 "__module__": fn.__module__,
             },
         )
         register_shaper(name)(shaper)
-        return fn
+        return shaper.recipe
+
+    for key in own_penalties:
+        if key not in PENALTY_KEYS:
+            raise ValueError(f"recipe {name!r}: own_penalties names {key!r}, not one of {PENALTY_KEYS}")
 
     return decorate

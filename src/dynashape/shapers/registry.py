@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from dynashape.shapers.base import Shaper, ShaperNeeds
 
-__all__ = ["available_shapers", "config_class", "get_shaper", "register_shaper", "shaper_needs"]
+__all__ = ["available_shapers", "config_class", "get_shaper", "register_shaper", "shaper_class", "shaper_needs"]
 
 _REGISTRY: dict[str, type[Shaper]] = {}
 S = TypeVar("S", bound=type[Shaper])
@@ -71,7 +71,14 @@ def _settings(name: str, params: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
         return config, ()
     if not issubclass(cls, ComposedShaper):
         raise ValueError(f"shaper {name!r} is not built from parts: it takes no {', '.join(sorted(given))}")
-    return config, tuple(penalty_parts(**given))
+    parts = tuple(penalty_parts(**given))
+    cls.check_penalties(parts)
+    return config, parts
+
+
+def shaper_class(name: str) -> type[Shaper]:
+    """The registered class of shaper `name` (a recipe's is the `ComposedShaper` subclass it made)."""
+    return _lookup(name)
 
 
 def config_class(name: str) -> type:

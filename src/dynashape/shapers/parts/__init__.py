@@ -42,6 +42,13 @@ from dynashape.shapers.parts.field_channels import (
 )
 from dynashape.shapers.parts.filters import KeepBest
 from dynashape.shapers.parts.flow import Chain, Flow, Part, Stateless, start
+from dynashape.shapers.parts.length_channels import (
+    CosineLength,
+    KimiLength,
+    LengthZscore,
+    PassRateLinear,
+    SumRewardColumns,
+)
 from dynashape.shapers.parts.normalise import (
     AdvantageAbsMean,
     BaselineWhiten,
@@ -66,6 +73,7 @@ __all__ = [
     "Chain",
     "CorrectBoost",
     "Correctness",
+    "CosineLength",
     "DecoupledNormalise",
     "DistanceToShortest",
     "DualAscent",
@@ -75,15 +83,18 @@ __all__ = [
     "GradedCorrectness",
     "GroupNormalise",
     "KeepBest",
+    "KimiLength",
     "L1MaxScore",
     "LaserBonus",
     "LaserDBonus",
     "LeadEfficiency",
     "LengthPenalty",
     "LengthWithin",
+    "LengthZscore",
     "Overlong",
     "PSIWeights",
     "Part",
+    "PassRateLinear",
     "RewardColumns",
     "ScalarReward",
     "ScheduledCap",
@@ -91,6 +102,7 @@ __all__ = [
     "Stateless",
     "StaticWeights",
     "StopProperly",
+    "SumRewardColumns",
     "penalty_parts",
     "start",
     "weighted_sum",

@@ -60,16 +60,20 @@ class RewardColumns(Stateless):
 
     ranges: the declared (R_min, R_max) of each column; () when no controller reads them (the columns' count
     is then free). required: refuse a batch without ``rewards`` (GDPO); otherwise a batch without them adds
-    nothing. metrics: log ``namespace/reward_mean_j`` of each column.
+    nothing. metrics: log ``namespace/reward_mean_j`` of each column. declared: `ranges` is the method's whole
+    declaration (LEAD's ``reward_ranges``): a batch must carry exactly that many columns, none when it is empty.
     """
 
     namespace: str = "gdpo"
     ranges: tuple[tuple[float, float], ...] = ()
     required: bool = True
     metrics: bool = True
+    declared: bool = False
 
     def update(self, flow: Flow, state: None) -> tuple[Flow, None]:
         rewards = flow.batch.rewards
+        if self.declared:
+            self._check_declared(rewards)
         if rewards is None:
             if self.required:
                 raise ValueError(f"shaper {self.namespace!r} needs rewards [N, K] in the batch, got rewards=None")
@@ -88,6 +92,19 @@ class RewardColumns(Stateless):
             names = [f"reward_mean_{j}" for j in range(k)]
             flow = flow.but(metrics=metrics_dict(self.namespace, names, list(cols.mean(0).unbind())))
         return flow, None
+
+    def _check_declared(self, rewards: torch.Tensor | None) -> None:
+        if self.ranges and (rewards is None or rewards.shape[1] != len(self.ranges)):
+            got = None if rewards is None else tuple(rewards.shape)
+            raise ValueError(
+                f"{self.namespace} reward_ranges declares {len(self.ranges)} extra channels but batch rewards "
+                f"has shape {got}"
+            )
+        if not self.ranges and rewards is not None:
+            raise ValueError(
+                f"shaper {self.namespace!r} got rewards of shape {tuple(rewards.shape)} but reward_ranges is empty; "
+                "declare each column's [R_min, R_max] in reward_ranges to use them as channels"
+            )
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from dynashape.rewards.length import (
 from dynashape.shapers._common import F64
 from dynashape.shapers.parts.flow import Chain, Flow, Part, Stateless
 
-__all__ = ["PENALTY_KEYS", "Overlong", "StopProperly", "penalty_parts", "with_penalties"]
+__all__ = ["PENALTY_KEYS", "Overlong", "StopProperly", "penalty_key", "penalty_parts", "with_penalties"]
 
 #: The keyword parameters every composed shaper takes beside its config (``get_shaper``, verl, TRL).
 PENALTY_KEYS: tuple[str, ...] = ("overlong", "stop_properly")
@@ -126,6 +126,11 @@ def penalty_parts(overlong: Any = None, stop_properly: Any = None) -> tuple[Part
         coef = STOP_PROPERLY_COEF if stop_properly is True else stop_properly
         parts.append(StopProperly(coef))
     return tuple(parts)
+
+
+def penalty_key(part: Part) -> str | None:
+    """The ``get_shaper`` keyword that gives `part` (``"overlong"``, ``"stop_properly"``), None for another part."""
+    return {Overlong: "overlong", StopProperly: "stop_properly"}.get(type(part))  # type: ignore[call-overload]
 
 
 def with_penalties(chain: Chain, parts: tuple[Part, ...]) -> Chain:
