@@ -20,10 +20,8 @@ LONG_FUNCTIONS = {
     "integrations/verl/trainer.py::_trainer_class",
     "evaluate/run.py::_run_batches",
     "integrations/verl/checks.py::config_problems",
-    "study/preregistration_page.py::preregistration_markdown",
     "study/compare.py::_run_locked",
     "study/scheduler.py::run_jobs",
-    "study/results_page.py::_body",
     "core/batch.py::__post_init__",
 }
 LONG_MODULES = {"train/config.py"}

@@ -77,42 +77,8 @@ def preregistration_markdown(study: ComparisonPlan) -> str:
         "| part | regime | comparison | metric | relation | margin | why this margin |",
         "|---|---|---|---|---|---|---|",
     ]
-    for p in study.parts:
-        c = p.comparison
-        lines.append(
-            f"| {p.id} | {c.regime} | {c.treatment} - {c.control} | {METRICS[c.metric]} | `{c.relation} {c.bound:g}` "
-            f"| {p.margin:g} | {p.why} |"
-        )
-    lines += ["", "Claims:", ""]
-    lines += [f"- **({c.id})** {c.text}." for c in study.claims]
-    lines += [
-        "",
-        "### Power analysis (from the first comparison's 5 paired seeds)",
-        "",
-        f"Per part: the paired sd of v1's seeds 0-4; no credit taken for the quieter evaluation. The seeds for "
-        f"{round(100 * preregistration.TARGET_POWER)} % power at an effect equal to the margin are computed at "
-        f"Bonferroni's level {study.alpha} / {len(study.parts)} = {preregistration.planning_alpha(study):g}. That is "
-        "Holm's strictest step, so the power under Holm is at least this. The count is clipped to "
-        f"[{preregistration.MIN_PLANNED}, {preregistration.MAX_PLANNED}]. Noncentral t: `study.decide.power`.",
-        "",
-        "| part | v1 estimate | v1 paired sd | margin | seeds for 80 % | planned | power at planned (alpha/10) "
-        "| (alpha 0.05) | decidable at the cap |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for pid, t in power.items():
-        lines.append(
-            f"| {pid} | {_g(t['v1_estimate'])} | {_g(t['v1_sd'])} | {t['margin']:g} | "
-            f"{t['needed'] if t['needed'] is not None else '> 1000'} | {t['planned']} | {_g(t['power_planned'], 2)} | "
-            f"{_g(t['power_planned_at_alpha'], 2)} | {'yes' if t['decidable'] else '**no**'} |"
-        )
-    undecidable = [pid for pid, t in power.items() if not t["decidable"]]
-    if undecidable:
-        lines += [
-            "",
-            f"Said before the runs: with at most {preregistration.MAX_PLANNED} seeds, parts {', '.join(undecidable)} "
-            f"cannot reach 80 % power at their margins if v1's sd holds. They are run at the cap and reported as "
-            "they come out. An inconclusive verdict there is what the plan expects.",
-        ]
+    lines += _parts_lines(study)
+    lines += _power_lines(study, power)
     d1 = next(p for p in study.parts if p.id == "d1")
     lines += [
         "",
@@ -152,3 +118,51 @@ def preregistration_markdown(study: ComparisonPlan) -> str:
         CLAIMS_END,
     ]
     return "\n".join(lines) + "\n"
+
+
+def _parts_lines(study: ComparisonPlan) -> list[str]:
+    """One table row per part with its margin, then the claims."""
+    lines: list[str] = []
+    for p in study.parts:
+        c = p.comparison
+        lines.append(
+            f"| {p.id} | {c.regime} | {c.treatment} - {c.control} | {METRICS[c.metric]} | `{c.relation} {c.bound:g}` "
+            f"| {p.margin:g} | {p.why} |"
+        )
+    lines += ["", "Claims:", ""]
+    lines += [f"- **({c.id})** {c.text}." for c in study.claims]
+    return lines
+
+
+def _power_lines(study: ComparisonPlan, power: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The power analysis: how the seeds were planned, the table, and what the cap cannot decide."""
+    lines: list[str] = []
+    lines += [
+        "",
+        "### Power analysis (from the first comparison's 5 paired seeds)",
+        "",
+        f"Per part: the paired sd of v1's seeds 0-4; no credit taken for the quieter evaluation. The seeds for "
+        f"{round(100 * preregistration.TARGET_POWER)} % power at an effect equal to the margin are computed at "
+        f"Bonferroni's level {study.alpha} / {len(study.parts)} = {preregistration.planning_alpha(study):g}. That is "
+        "Holm's strictest step, so the power under Holm is at least this. The count is clipped to "
+        f"[{preregistration.MIN_PLANNED}, {preregistration.MAX_PLANNED}]. Noncentral t: `study.decide.power`.",
+        "",
+        "| part | v1 estimate | v1 paired sd | margin | seeds for 80 % | planned | power at planned (alpha/10) "
+        "| (alpha 0.05) | decidable at the cap |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for pid, t in power.items():
+        lines.append(
+            f"| {pid} | {_g(t['v1_estimate'])} | {_g(t['v1_sd'])} | {t['margin']:g} | "
+            f"{t['needed'] if t['needed'] is not None else '> 1000'} | {t['planned']} | {_g(t['power_planned'], 2)} | "
+            f"{_g(t['power_planned_at_alpha'], 2)} | {'yes' if t['decidable'] else '**no**'} |"
+        )
+    undecidable = [pid for pid, t in power.items() if not t["decidable"]]
+    if undecidable:
+        lines += [
+            "",
+            f"Said before the runs: with at most {preregistration.MAX_PLANNED} seeds, parts {', '.join(undecidable)} "
+            f"cannot reach 80 % power at their margins if v1's sd holds. They are run at the cap and reported as "
+            "they come out. An inconclusive verdict there is what the plan expects.",
+        ]
+    return lines

@@ -210,6 +210,7 @@ def _claims_header(
 
 
 def _body(results: Mapping[str, Any], seeds_of: Mapping[tuple[str, str], int]) -> list[str]:
+    """Everything after the verdicts: how the numbers were made, tuning, per-regime tables, published numbers."""
     machine = results.get("machine") or {}
     lines = [
         "",
@@ -226,71 +227,12 @@ def _body(results: Mapping[str, Any], seeds_of: Mapping[tuple[str, str], int]) -
         "(2000 replicates, 95 % percentile).",
         "",
     ]
-    tuning = results.get("tuning", {})
-    if tuning:
-        lines += [
-            "## Tuning (validation split only)",
-            "",
-            "| regime | method | key | value: mean validation AES | chosen |",
-        ]
-        lines.append("|---|---|---|---|---|")
-        for regime, methods in sorted(tuning.items()):
-            for method, t in sorted(methods.items()):
-                if not isinstance(t, dict):
-                    continue
-                cells = []
-                for v in t["values"]:
-                    aes = [a for a in v["aes"] if a is not None]
-                    cells.append(f"{v['value']:g}: {fmt_value(sum(aes) / len(aes) if aes else None)}")
-                lines.append(f"| {regime} | {method} | {t['key']} | {'; '.join(cells)} | **{t['chosen']:g}** |")
-            if isinstance(methods.get("best_global"), str):
-                lines.append(f"| {regime} | best_global | | | **{methods['best_global']}** |")
-        lines.append("")
+    lines += _tuning_lines(results.get("tuning", {}))
     by_regime: dict[str, list[dict[str, Any]]] = {}
     for row in results["summary"]:
         by_regime.setdefault(row["regime"], []).append(row)
     for regime, rows in sorted(by_regime.items(), reverse=True):
-        lines += [
-            f"## {regime}: accuracy, length, AES (mean ± sd over seeds; bootstrap 95 %)",
-            "",
-            "| method | seeds | accuracy | mean length | AES | hardest acc. | easiest length | trap pass@64 |",
-            "|---|---|---|---|---|---|---|---|",
-        ]
-        base = rows[0]["base"]
-        lines.append(f"| base | | {base['accuracy']:.3f} | {base['mean_length']:.1f} | 0 | | | |")
-        for row in rows:
-            cells = summary_cells(row, (*TABLE_METRICS, "accuracy@hardest", "mean_length@easiest", "trap_pass@64"))
-            lines.append(f"| {row['method']} | {row['n']} | " + " | ".join(cells) + " |")
-        lines += ["", f"### {regime}: paired differences (method - control; t-interval over seeds; bootstrap)", ""]
-        lines += ["| method | versus | Δ accuracy | Δ mean length | Δ AES | Δ hardest acc. | Δ easiest length |"]
-        lines.append("|---|---|---|---|---|---|---|")
-        diffs: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
-        for d in results["differences"]:
-            if d["regime"] == regime:
-                diffs.setdefault((d["method"], d["versus"]), {})[d["metric"]] = d
-        for (method, versus), per in sorted(diffs.items()):
-            cells = []
-            for metric in (*TABLE_METRICS, "accuracy@hardest", "mean_length@easiest"):
-                d = per.get(metric)
-                if d is None:
-                    cells.append("n/a")
-                    continue
-                digits = 1 if "length" in metric else 3
-                cells.append(f"{d['estimate']:+.{digits}f} {fmt_interval(*d['interval'], digits=digits)}")
-            lines.append(f"| {method} | {versus} | " + " | ".join(cells) + " |")
-        lines += [
-            "",
-            f"### {regime}: per difficulty (accuracy / mean length, mean over seeds; Δ vs grpo with its t-interval)",
-            "",
-        ]
-        pd = [r for r in results["per_difficulty"] if r["regime"] == regime]
-        ds = sorted({r["difficulty"] for r in pd})
-        lines += ["| method | " + " | ".join(f"d={d}" for d in ds) + " |", "|---|" + "---|" * len(ds)]
-        cell = {(r["method"], r["difficulty"]): r for r in pd}
-        for method in sorted({r["method"] for r in pd}):
-            cells = [_difficulty_cell(cell[(method, d)]) if (method, d) in cell else "n/a" for d in ds]
-            lines.append(f"| {method} | " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += _regime_lines(results, regime, rows)
     lines += [
         "## The papers' published numbers (theirs, for context; other models, budgets and benchmarks)",
         "",
@@ -305,4 +247,77 @@ def _body(results: Mapping[str, Any], seeds_of: Mapping[tuple[str, str], int]) -
         "(best) 56.47 / 84.00.",
         "",
     ]
+    return lines
+
+
+def _tuning_lines(tuning: Mapping[str, Any]) -> list[str]:
+    """The tuning table (validation split only); none when nothing was tuned."""
+    if not tuning:
+        return []
+    lines: list[str] = []
+    lines += [
+        "## Tuning (validation split only)",
+        "",
+        "| regime | method | key | value: mean validation AES | chosen |",
+    ]
+    lines.append("|---|---|---|---|---|")
+    for regime, methods in sorted(tuning.items()):
+        for method, t in sorted(methods.items()):
+            if not isinstance(t, dict):
+                continue
+            cells = []
+            for v in t["values"]:
+                aes = [a for a in v["aes"] if a is not None]
+                cells.append(f"{v['value']:g}: {fmt_value(sum(aes) / len(aes) if aes else None)}")
+            lines.append(f"| {regime} | {method} | {t['key']} | {'; '.join(cells)} | **{t['chosen']:g}** |")
+        if isinstance(methods.get("best_global"), str):
+            lines.append(f"| {regime} | best_global | | | **{methods['best_global']}** |")
+    lines.append("")
+    return lines
+
+
+def _regime_lines(results: Mapping[str, Any], regime: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One regime's tables: accuracy, length and AES; paired differences; per difficulty."""
+    lines: list[str] = []
+    lines += [
+        f"## {regime}: accuracy, length, AES (mean ± sd over seeds; bootstrap 95 %)",
+        "",
+        "| method | seeds | accuracy | mean length | AES | hardest acc. | easiest length | trap pass@64 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    base = rows[0]["base"]
+    lines.append(f"| base | | {base['accuracy']:.3f} | {base['mean_length']:.1f} | 0 | | | |")
+    for row in rows:
+        cells = summary_cells(row, (*TABLE_METRICS, "accuracy@hardest", "mean_length@easiest", "trap_pass@64"))
+        lines.append(f"| {row['method']} | {row['n']} | " + " | ".join(cells) + " |")
+    lines += ["", f"### {regime}: paired differences (method - control; t-interval over seeds; bootstrap)", ""]
+    lines += ["| method | versus | Δ accuracy | Δ mean length | Δ AES | Δ hardest acc. | Δ easiest length |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    diffs: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for d in results["differences"]:
+        if d["regime"] == regime:
+            diffs.setdefault((d["method"], d["versus"]), {})[d["metric"]] = d
+    for (method, versus), per in sorted(diffs.items()):
+        cells = []
+        for metric in (*TABLE_METRICS, "accuracy@hardest", "mean_length@easiest"):
+            d = per.get(metric)
+            if d is None:
+                cells.append("n/a")
+                continue
+            digits = 1 if "length" in metric else 3
+            cells.append(f"{d['estimate']:+.{digits}f} {fmt_interval(*d['interval'], digits=digits)}")
+        lines.append(f"| {method} | {versus} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"### {regime}: per difficulty (accuracy / mean length, mean over seeds; Δ vs grpo with its t-interval)",
+        "",
+    ]
+    pd = [r for r in results["per_difficulty"] if r["regime"] == regime]
+    ds = sorted({r["difficulty"] for r in pd})
+    lines += ["| method | " + " | ".join(f"d={d}" for d in ds) + " |", "|---|" + "---|" * len(ds)]
+    cell = {(r["method"], r["difficulty"]): r for r in pd}
+    for method in sorted({r["method"] for r in pd}):
+        cells = [_difficulty_cell(cell[(method, d)]) if (method, d) in cell else "n/a" for d in ds]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    lines.append("")
     return lines
