@@ -10,7 +10,8 @@ import pytest
 
 from dynashape.cli import build_parser, main
 from dynashape.cli.commands import _run_config
-from dynashape.train.config import RunConfig, parse_overrides
+from dynashape.train.config import RunConfig
+from dynashape.train.overrides import parse_overrides
 
 
 def _cfg(*sets: str, extra: tuple[str, ...] = ()) -> RunConfig:

@@ -19,9 +19,9 @@ from dynashape.train.config import (
     OverlongConfig,
     RunConfig,
     TrainConfig,
-    parse_overrides,
     train_sections,
 )
+from dynashape.train.overrides import parse_overrides
 from dynashape.train.presets import make_train_config
 
 RUNS = Path(__file__).resolve().parents[2] / "results" / "comparison" / "runs"

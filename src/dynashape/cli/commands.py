@@ -30,11 +30,11 @@ def _section_overrides(items: Sequence[str], section: str, keys: Sequence[str], 
 
 
 def _overrides(items: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """``--set section.key=value`` pairs (YAML values) sorted by config section (``config.parse_overrides``):
+    """``--set section.key=value`` pairs (YAML values) sorted by config section (``train.overrides.parse_overrides``):
     ``eval.n_samples=2``, ``task.max_ops=6``, ``prompt.chat_template=false``; a bare key is train's
     (``lr=5e-4``), and so is a key of train's sections (``drpo.tau=5``); ``shaper_kwargs.x=v`` goes into the
     shaper's kwargs."""
-    from dynashape.train.config import SetText, parse_overrides
+    from dynashape.train.overrides import SetText, parse_overrides
 
     pairs: dict[str, Any] = {}
     for item in items:

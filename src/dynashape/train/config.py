@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import math
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +20,13 @@ from dynashape.losses.registry import available_losses
 from dynashape.runtime.policy import ModelConfig
 from dynashape.runtime.prompts import PromptConfig
 from dynashape.shapers import check_shaper_params, shaper_needs
+from dynashape.train.sections import (
+    BudgetPromptConfig,
+    DrpoConfig,
+    EntropyAdvantageConfig,
+    OverlongConfig,
+    _positive,
+)
 from dynashape.train.warmup import WarmupConfig
 from dynashape.world.chain.config import ChainTaskConfig
 
@@ -37,9 +42,7 @@ __all__ = [
     "EvalConfig",
     "OverlongConfig",
     "RunConfig",
-    "SetText",
     "TrainConfig",
-    "parse_overrides",
     "train_sections",
 ]
 
@@ -54,120 +57,6 @@ TRAINER_FINGERPRINT_LAYERS: int = ModelConfig().num_layers
 """The reference trainer's MEDS fingerprint width (the presets', the evaluation's and the audit's): all decoder
 layers of the chain world's base model, one value per layer (with 2 the L2-normalised fingerprint is a single
 angle). The engines default to the paper's width, ``meds.capture.OFFICIAL_FINGERPRINT_LAYERS``."""
-
-
-def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
-    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {value}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class OverlongConfig:
-    """DAPO's overlong penalty (arXiv 2503.14476, Eq. 13), read by the ``overlong`` and ``correct_overlong``
-    reward columns: 0 up to ``max_new_tokens - buffer``, then linear down to -factor at ``max_new_tokens``."""
-
-    buffer: int = 10
-    """L_cache: the last this many tokens of the budget where the penalty ramps (<= max_new_tokens)."""
-    factor: float = 1.0
-    """Scale of the penalty."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.buffer, bool) or not isinstance(self.buffer, int) or self.buffer < 1:
-            raise ValueError(f"overlong.buffer must be an int >= 1, got {self.buffer!r}")
-        _positive("overlong.factor", self.factor, allow_zero=True)
-
-
-@dataclass(frozen=True, kw_only=True)
-class EntropyAdvantageConfig:
-    """The entropy advantage of the clip loss (Cheng et al., "Reasoning with Exploration: An Entropy
-    Perspective"): every token's advantage A becomes A + min(alpha * H_t.detach(), |A| / kappa)."""
-
-    enabled: bool = False
-    """Add the entropy term to the advantages."""
-    alpha: float = 0.4
-    """Weight of the token entropy."""
-    kappa: float = 2.0
-    """The term is capped at |A| / kappa, so it never flips an advantage's sign."""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise ValueError(f"entropy_advantage.enabled must be true or false, got {self.enabled!r}")
-        _positive("entropy_advantage.alpha", self.alpha, allow_zero=True)
-        _positive("entropy_advantage.kappa", self.kappa)
-
-
-@dataclass(frozen=True, kw_only=True)
-class DrpoConfig:
-    """The DRPO objective (arXiv 2510.04474), used by ``loss="drpo"``."""
-
-    tau: float = 10.0
-    """Soft-max temperature over the wrong rollouts of a group."""
-    lam: float = 0.1
-    """Temperature lambda of the length weights over the correct rollouts (larger = weaker preference)."""
-    beta: float = 1e3
-    """Trust-region penalty weight."""
-    delta: float = 1e-4
-    """Trust-region KL threshold."""
-
-    def __post_init__(self) -> None:
-        _positive("drpo.tau", self.tau)
-        _positive("drpo.lam", self.lam)
-        _positive("drpo.beta", self.beta, allow_zero=True)
-        _positive("drpo.delta", self.delta, allow_zero=True)
-
-
-@dataclass(frozen=True, kw_only=True)
-class BudgetPromptConfig:
-    """Prompts that name a token budget, as L1 trains with (``world.budget_prompts``; off by default, so no
-    run without it changes). Each training problem asks for its own budget, drawn once from low..high; the
-    held-out and validation prompts ask for ``eval_budget``, or for none. The trainer hands every rollout's
-    budget to the shaper (``RolloutBatch.budgets``), which the ``l1_exact`` and ``l1_max`` shapers read."""
-
-    enabled: bool = False
-    """Put a budget into the prompts."""
-    form: str = "exact"
-    """L1's words: "exact" ("Think for N tokens.", L1-Exact) or "maximum" ("Think for maximum N tokens.",
-    L1-Max)."""
-    low: int | None = None
-    """Smallest training budget in tokens; None: L1's 100 of its 4096-token context, scaled to
-    ``max_new_tokens`` (at least 1)."""
-    high: int | None = None
-    """Largest training budget in tokens; None: L1's 4000 of 4096, scaled to ``max_new_tokens``."""
-    eval_budget: int | None = None
-    """The budget the held-out and validation prompts name (L1 evaluates at fixed budgets); None: they name none."""
-    eval_budgets: tuple[int, ...] = ()
-    """After the final evaluation, one more held-out evaluation per budget here, every prompt naming it (L1's
-    fixed-budget evaluation): accuracy, mean length and the length-following error mean |length - budget| /
-    budget, in eval.json's ``at_budget``. Evaluation only: it leaves the training (and its hash) alone."""
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise ValueError(f"budget_prompt.enabled must be true or false, got {self.enabled!r}")
-        from dynashape.world.budget_prompts import BUDGET_FORMS
-
-        if self.form not in BUDGET_FORMS:
-            raise ValueError(f"budget_prompt.form must be one of {tuple(BUDGET_FORMS)}, got {self.form!r}")
-        for name in ("low", "high", "eval_budget"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"budget_prompt.{name} must be an integer >= 1 or null, got {value!r}")
-        object.__setattr__(self, "eval_budgets", tuple(self.eval_budgets))
-        for value in self.eval_budgets:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"budget_prompt.eval_budgets must hold integers >= 1, got {self.eval_budgets!r}")
-        if len(set(self.eval_budgets)) != len(self.eval_budgets):
-            raise ValueError(f"budget_prompt.eval_budgets must not repeat a budget, got {self.eval_budgets!r}")
-        if self.low is not None and self.high is not None and self.low > self.high:
-            raise ValueError(f"budget_prompt.low={self.low} must be <= budget_prompt.high={self.high}")
-
-    def budget_range(self, max_new_tokens: int) -> tuple[int, int]:
-        """(low, high) of the training budgets at training cap ``max_new_tokens``."""
-        low = self.low if self.low is not None else max(1, round(max_new_tokens * 100 / 4096))
-        high = self.high if self.high is not None else max(low, round(max_new_tokens * 4000 / 4096))
-        if low > high:
-            raise ValueError(f"budget_prompt: low={low} must be <= high={high} (max_new_tokens={max_new_tokens})")
-        return low, high
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -513,168 +402,3 @@ SECTIONS: Mapping[str, type] = types.MappingProxyType(
     }
 )
 """The sections of a RunConfig that ``--set section.key=value`` reaches (a key without a section is train's)."""
-
-
-class SetText(str):
-    """A ``--set`` value exactly as it was written on the command line; ``_coerce`` reads it as its field's type.
-
-    The quoting rule (``--help`` says it): text in matching quotes, ``"..."`` or ``'...'``, is that text, always
-    a string; otherwise a string field takes the text as written (``prompt.suffix=0x10`` is ``"0x10"``), a
-    number field parses it (``lr=5e-4``), a bool field takes true/false/yes/no/on/off, an optional field
-    takes null/none for None, a tuple field a comma-separated list, and a field of any type (``shaper_kwargs.*``)
-    a JSON value (``0.5``, ``true``, ``[0.5, 0.5]``, ``{"alpha": 0.1}``), a float (``nan``), else the text.
-    """
-
-
-_TRUE, _FALSE, _NONE = ("true", "yes", "on"), ("false", "no", "off"), ("null", "none", "~")
-
-
-def _quoted(text: str) -> str | None:
-    return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'" else None
-
-
-def _first_fit(name: str, hint: Any, options: Sequence[Any], convert: Callable[[Any], Any], shown: Any) -> Any:
-    """The value as the first of a union's ``options`` that takes it, or one ValueError saying why none did."""
-    errors = []
-    for option in options:
-        try:
-            return convert(option)
-        except ValueError as err:
-            errors.append(str(err))
-    raise ValueError(errors[0] if len(errors) == 1 else f"{name}: {shown!r} fits none of {hint}")
-
-
-def _from_text(name: str, hint: Any, text: SetText) -> Any:
-    """A command-line value as field type ``hint`` (see ``SetText``), or a ValueError naming ``name``."""
-    quoted = _quoted(text.strip())
-    raw = text.strip()
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = [o for o in typing.get_args(hint) if o is not type(None)]
-        if quoted is None and raw.lower() in _NONE and len(options) < len(typing.get_args(hint)):
-            return None
-        return _first_fit(name, hint, options, lambda option: _from_text(name, option, text), raw)
-    if hint is str:
-        return quoted if quoted is not None else str.__str__(text)
-    if quoted is not None and hint is not Any:
-        raise ValueError(f"{name} must be {getattr(hint, '__name__', hint)}, got the quoted text {raw!r}")
-    try:
-        if hint is bool:
-            if raw.lower() in _TRUE or raw.lower() in _FALSE:
-                return raw.lower() in _TRUE
-        elif hint is int:
-            number = float(raw) if any(c in raw for c in ".eE") else int(raw, 10)
-            if isinstance(number, int) or number.is_integer():
-                return int(number)
-        elif hint is float:
-            return float(raw)
-        elif origin is tuple or hint is tuple:
-            return tuple(v.strip() for v in raw.split(",") if v.strip())
-        elif hint is Any or origin is dict or hint is dict:
-            if quoted is not None:
-                return quoted
-            try:
-                value = json.loads(raw)
-            except json.JSONDecodeError:
-                try:
-                    return float(raw)  # nan, inf
-                except ValueError:
-                    return str.__str__(text)
-            if (origin is dict or hint is dict) and not isinstance(value, dict):
-                raise ValueError
-            return value
-        else:
-            return str.__str__(text)
-    except ValueError:
-        pass
-    kind = getattr(hint, "__name__", str(hint))
-    raise ValueError(f"{name} must be {kind}, got {raw!r}")
-
-
-def _coerce(name: str, hint: Any, value: Any) -> Any:
-    """``value`` as the field type ``hint`` wants, or a ValueError naming ``name``: command-line text is read
-    by ``_from_text``; of Python or YAML values, an int is taken for a float and a number for a string, a bool
-    never for a number, nor a fraction for an int."""
-    if isinstance(value, SetText):
-        return _from_text(name, hint, value)
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        rest = [o for o in options if o is not type(None)]
-        return _first_fit(name, hint, rest, lambda option: _coerce(name, option, value), value)
-    if hint is Any:
-        return value
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif hint is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)  # YAML read "7" as a number; the field wants the text
-    elif origin is tuple or hint is tuple:
-        if isinstance(value, (list, tuple)):
-            return tuple(value)
-        if isinstance(value, str):
-            return tuple(v.strip() for v in value.split(",") if v.strip())
-    elif origin is dict or hint is dict:
-        if isinstance(value, dict):
-            return value
-    else:
-        return value
-    kind = getattr(hint, "__name__", str(hint))
-    raise ValueError(f"{name} must be {kind}, got {value!r}")
-
-
-def parse_overrides(items: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Sort ``section.key -> value`` overrides into ``{section: {key: value}}``, typed as the fields are.
-
-    A key without a section belongs to ``train`` (``steps``, ``lr``), and so do train's own sections, with or
-    without the ``train.`` prefix: ``drpo.tau=5`` (or ``train.drpo.tau=5``) gives ``{"train": {"drpo": {"tau":
-    5.0}}}``, merged into the preset's section by ``make_train_config``. ``shaper_kwargs.NAME`` (or
-    ``train.shaper_kwargs.NAME``) goes into train's ``shaper_kwargs`` dict, checked by the shaper itself.
-
-    Raises:
-        ValueError: an unknown section or key (the message lists the allowed ones), or a value of the wrong
-            type (the message names the key).
-    """
-    nested = train_sections()
-    out: dict[str, dict[str, Any]] = {}
-    for raw_key, value in items.items():
-        key = raw_key.strip()
-        section, _, name = key.partition(".")
-        if not name or section in ("shaper_kwargs", *nested):
-            section, name = "train", key
-        if section not in SECTIONS:
-            raise ValueError(f"--set {key}: unknown section {section!r}; sections: {', '.join(SECTIONS)}")
-        head, _, leaf = name.partition(".")
-        if section == "train" and head == "shaper_kwargs" and leaf:
-            typed = _coerce(f"--set {key}", Any, value)  # the shaper's own config types it further
-            out.setdefault("train", {}).setdefault("shaper_kwargs", {})[leaf] = typed
-            continue
-        path: tuple[str, ...] = (section,)
-        if section == "train" and head in nested and leaf:
-            path, name = ("train", head), leaf
-        klass = nested[head] if len(path) == 2 else SECTIONS[section]
-        hints = typing.get_type_hints(klass)
-        allowed = [f.name for f in dataclasses.fields(klass)]
-        if name not in allowed:
-            raise ValueError(f"--set {key}: {'.'.join(path)} has no key {name!r}; its keys: {', '.join(allowed)}")
-        if dataclasses.is_dataclass(hints[name]):
-            keys = ", ".join(f.name for f in dataclasses.fields(hints[name]))
-            raise ValueError(f"--set {key}: {name} is a section; set its keys as {name}.KEY=VALUE ({keys})")
-        target: dict[str, Any] = out.setdefault(path[0], {})
-        for part in path[1:]:
-            target = target.setdefault(part, {})
-        target[name] = _coerce(f"--set {key}", hints[name], value)
-    return out
