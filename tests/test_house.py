@@ -1,5 +1,5 @@
 """The house's size rules (issue 48, docs/architecture.md): functions under 80 lines of code, modules under about
-600, docstrings that cite papers, official code or docs/ (never a file a user cannot open).
+400, docstrings that cite papers, official code or docs/ (never a file a user cannot open).
 
 The known offenders are listed; the lists only shrink: a listed function or module that is now within the rule
 fails the test until it is taken off, so a fix is recorded and no new offender slips in.
@@ -13,7 +13,7 @@ import dynashape
 
 ROOT = Path(dynashape.__file__).parent
 MAX_FUNCTION_LINES = 80  # code lines: the docstring not counted
-MAX_MODULE_LINES = 600
+MAX_MODULE_LINES = 400
 
 # Still to split (issue 48); each a step of its own.
 LONG_FUNCTIONS = {
@@ -24,7 +24,19 @@ LONG_FUNCTIONS = {
     "study/scheduler.py::run_jobs",
     "core/batch.py::__post_init__",
 }
-LONG_MODULES: set[str] = set()
+LONG_MODULES = {  # over 400 lines (none over 600): one idea each, still to split
+    "train/config.py",
+    "integrations/trl/__init__.py",
+    "meds/capture.py",
+    "io/state.py",
+    "study/plan_file.py",
+    "losses/policy.py",
+    "study/scheduler.py",
+    "evaluate/run.py",
+    "meds/memory.py",
+    "train/loop.py",
+    "study/compare.py",
+}
 
 
 def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
@@ -55,10 +67,12 @@ def test_functions_are_under_80_lines_of_code():
     assert LONG_FUNCTIONS - found == set(), "now within the rule: take them off LONG_FUNCTIONS"
 
 
-def test_modules_are_under_600_lines():
+def test_modules_are_under_400_lines():
     found = {str(p.relative_to(ROOT)) for p in _modules() if len(p.read_text().splitlines()) > MAX_MODULE_LINES}
     assert found - LONG_MODULES == set(), "one idea per module: split these"
     assert LONG_MODULES - found == set(), "now within the rule: take them off LONG_MODULES"
+    too_long = [str(p.relative_to(ROOT)) for p in _modules() if len(p.read_text().splitlines()) > 600]
+    assert too_long == [], "no module, listed or not, grows past 600 lines"
 
 
 def test_the_size_check_counts_code_not_docstrings():
