@@ -367,6 +367,11 @@ def _add_warmup_command(sub) -> None:
         "warmup", help="rebuild the chain world's base model (deterministic) and compare it with the shipped one"
     )
     p.add_argument("--out", default=None, help="write the rebuilt model here, with its manifest (shippable)")
+    p.add_argument(
+        "--base",
+        default="plain",
+        help="which shipped base: plain (default) or budget (tolerates a budget prompt; dynashape.train.warmup.BASES)",
+    )
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -616,9 +621,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_warmup(args: argparse.Namespace) -> int:
+    from dynashape.train.config import RunConfig
     from dynashape.train.rebuild import rebuild_base
+    from dynashape.train.warmup import BASES
 
-    report = rebuild_base(out=Path(args.out) if args.out else None, device=args.device, progress=not args.no_progress)
+    if args.base not in BASES:
+        raise SystemExit(f"dynashape warmup: --base must be one of {', '.join(BASES)}, got {args.base!r}")
+    report = rebuild_base(
+        out=Path(args.out) if args.out else None,
+        device=args.device,
+        progress=not args.no_progress,
+        cfg=RunConfig(warmup=BASES[args.base]),
+    )
     print(report.summary())
     return 0 if report.equal in (True, None) else 1
 
