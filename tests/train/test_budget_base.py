@@ -149,3 +149,30 @@ def test_the_command_line_selects_the_budget_base():
     assert _run_config(args, args.method, args.seed).warmup == BASES["budget"]
     with pytest.raises(SystemExit, match=r"--base must be one of plain, budget, got 'nope'"):
         main(["warmup", "--base", "nope"])
+
+
+def test_the_shipped_budget_base_is_the_budget_configs_and_package_data():
+    """The folder beside the plain base: its manifest's key is ``BASES["budget"]``'s, its sha256 holds, it names the
+    command that rebuilds it, and pyproject ships its files."""
+    import fnmatch
+    from pathlib import Path
+
+    import tomllib
+
+    from dynashape.train.warmup import file_sha256
+    from dynashape.world.chain.world import BUDGET_BASE_MODEL_DIR
+
+    if not (BUDGET_BASE_MODEL_DIR / MANIFEST).is_file():
+        pytest.skip(
+            "the budget base is not built yet: dynashape warmup --base budget --out " + str(BUDGET_BASE_MODEL_DIR)
+        )
+    manifest = json.loads((BUDGET_BASE_MODEL_DIR / MANIFEST).read_text())
+    assert manifest["key"] == base_model_key(ChainWorld(), ModelConfig(), BASES["budget"]) != "03888693d9937dd2"
+    assert file_sha256(BUDGET_BASE_MODEL_DIR / "model.safetensors") == manifest["sha256"]
+    assert manifest["warmup_steps"] == 4800 and manifest["command"] == "dynashape warmup --base budget --out DIR"
+    assert ChainWorld().shipped_bases() == (BASE_MODEL_DIR, BUDGET_BASE_MODEL_DIR)
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    patterns = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]["dynashape"]
+    for path in BUDGET_BASE_MODEL_DIR.iterdir():
+        rel = str(path.relative_to(BUDGET_BASE_MODEL_DIR.parents[2]))
+        assert any(fnmatch.fnmatch(rel, pat) for pat in patterns), f"{rel} is not package data"
