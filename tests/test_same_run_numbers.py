@@ -18,3 +18,20 @@ def test_a_number_that_differs_is_named_with_its_place_even_beside_a_timing(load
     assert differences(a, b, "metrics") == ["metrics[1]/meds/penalty: 0.1 != 0.2"]
     # "seconds" only as the last segment: a key that merely contains it is a number like any other.
     assert differences({"seconds_per_token/x": 1}, {"seconds_per_token/x": 2}) == ["/seconds_per_token/x: 1 != 2"]
+
+
+def test_additions_are_listed_apart_only_when_asked(load_script):
+    """A new metric in the second run: a difference by default; with ``added`` a list, an addition there. A key only
+    the first run has, or a changed value, stays a difference either way."""
+    differences = load_script("same_run_numbers").differences
+    a = [{"loss": 0.5}, {"loss": 0.25, "gone": 1}]
+    b = [{"loss": 0.5, "tokens/response": 10.0}, {"loss": 0.3, "tokens/response": 12.0}]
+    assert differences(a, b, "metrics") == [
+        "metrics[0]/tokens/response: only in second",
+        "metrics[1]/gone: only in first",
+        "metrics[1]/loss: 0.25 != 0.3",
+        "metrics[1]/tokens/response: only in second",
+    ]
+    added = []
+    assert differences(a, b, "metrics", added) == ["metrics[1]/gone: only in first", "metrics[1]/loss: 0.25 != 0.3"]
+    assert added == ["metrics[0]/tokens/response", "metrics[1]/tokens/response"]

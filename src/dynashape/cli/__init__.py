@@ -287,6 +287,11 @@ def _add_warmup_command(sub) -> None:
         "warmup", help="rebuild the chain world's base model (deterministic) and compare it with the shipped one"
     )
     p.add_argument("--out", default=None, help="write the rebuilt model here, with its manifest (shippable)")
+    p.add_argument(
+        "--base",
+        default="plain",
+        help="which shipped base: plain (default) or budget (tolerates a budget prompt; dynashape.train.warmup.BASES)",
+    )
     p.add_argument("--device", default="cpu", help="torch device")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 

@@ -330,9 +330,18 @@ def run_report(args: argparse.Namespace) -> int:
 
 
 def run_warmup(args: argparse.Namespace) -> int:
+    from dynashape.train.config import RunConfig
     from dynashape.train.rebuild import rebuild_base
+    from dynashape.train.warmup import BASES
 
-    report = rebuild_base(out=Path(args.out) if args.out else None, device=args.device, progress=not args.no_progress)
+    if args.base not in BASES:
+        raise SystemExit(f"dynashape warmup: --base must be one of {', '.join(BASES)}, got {args.base!r}")
+    report = rebuild_base(
+        out=Path(args.out) if args.out else None,
+        device=args.device,
+        progress=not args.no_progress,
+        cfg=RunConfig(warmup=BASES[args.base]),
+    )
     print(report.summary())
     return 0 if report.equal in (True, None) else 1
 

@@ -3,7 +3,10 @@
 Each row: its seeds, the mean ± sd over seeds (``stats.mean_sd``) of the final accuracy, mean length and AES, and
 the paired difference against the file's ``baseline`` row, the mean of per-seed differences over the seeds both
 rows finished with a 95 % Student's t-interval (``stats.paired_values``, ``stats.t_interval``). Descriptive: no
-claims, no verdicts. The page and its JSON (same stem) are a function of runs.json and the listed runs' eval.json.
+claims, no verdicts. Where the runs recorded them (eval.json's ``tokens_sampled``, ``train.loop.TokenCount``), a
+column gives the tokens each row sampled in training, means over its seeds: prompt + response tokens of every
+rollout drawn, and the sampling rounds; a page of runs that recorded none has no such column. The page and its
+JSON (same stem) are a function of runs.json and the listed runs' eval.json.
 """
 
 from __future__ import annotations
@@ -54,7 +57,26 @@ def _row(row: str, runs: RowRuns, baseline: RowRuns) -> dict[str, Any]:
             "n": len(diffs),
             "seeds": sorted(diffs),
         }
+    tokens = _tokens_sampled(runs)
+    if tokens is not None:  # only then: a page of runs without the counts is as it was
+        out["tokens_sampled"] = tokens
     return out
+
+
+def _tokens_sampled(runs: RowRuns) -> dict[str, Any] | None:
+    """Means over the seeds that recorded them of eval.json's ``tokens_sampled`` (prompt, response, sampling
+    rounds) and how many seeds did; None when none did."""
+    recorded = [ev["tokens_sampled"] for ev in runs.values() if ev.get("tokens_sampled") is not None]
+    if not recorded:
+        return None
+    means = {k: sum(t[k] for t in recorded) / len(recorded) for k in ("prompt", "response", "sampling_rounds")}
+    return {**means, "n": len(recorded)}
+
+
+def _tokens_cell(t: Mapping[str, Any] | None) -> str:
+    if t is None:
+        return "n/a"
+    return f"{t['prompt'] / 1e3:,.1f}k + {t['response'] / 1e3:,.1f}k ({t['sampling_rounds']:.0f})"
 
 
 def build_generic_results(out: str | Path, plan: ComparisonPlan) -> dict[str, Any]:
@@ -84,7 +106,8 @@ def _difference(d: Mapping[str, Any], digits: int) -> str:
 
 
 def markdown(results: Mapping[str, Any], written: str) -> str:
-    """The page: one table per regime (means ± sd over seeds; paired differences with 95 % t-intervals)."""
+    """The page: one table per regime (means ± sd over seeds; paired differences with 95 % t-intervals), with a
+    column of the tokens sampled when any row recorded them."""
     digits = {"accuracy": 3, "mean_length": 1, "aes": 3}
     lines = [
         f"# Results: {results['study']}",
@@ -93,8 +116,16 @@ def markdown(results: Mapping[str, Any], written: str) -> str:
         f"`{results['baseline']}`: the mean of per-seed differences over the seeds both rows finished, with a 95 % "
         "Student's t-interval (none below two seeds).",
     ]
+    rows_of_all = [r for rows in results["regimes"].values() for r in rows]
+    with_tokens = any("tokens_sampled" in r for r in rows_of_all)
+    if with_tokens:
+        lines[-1] += (
+            " Tokens sampled in training, means over seeds: prompt + response tokens of every rollout drawn, in "
+            "thousands, and (the sampling rounds)."
+        )
     for regime, rows in results["regimes"].items():
         heads = [*METRICS.values(), *(f"{c} - {results['baseline']}" for c in METRICS.values())]
+        heads += ["tokens sampled"] if with_tokens else []
         lines += ["", f"## {regime}", "", "| row | seeds | " + " | ".join(heads) + " |"]
         lines.append("|---" * (2 + len(heads)) + "|")
         for r in rows:
@@ -103,6 +134,7 @@ def markdown(results: Mapping[str, Any], written: str) -> str:
                 cells += ["(baseline)"] * len(METRICS)
             else:
                 cells += [_difference(r[f"{m}_vs_baseline"], digits[m]) for m in METRICS]
+            cells += [_tokens_cell(r.get("tokens_sampled"))] if with_tokens else []
             lines.append(f"| {r['row']} | {len(r['seeds'])} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -33,6 +33,7 @@ from dynashape.io.state import (
     write_text,
 )
 from dynashape.runtime.model_folder import CHECKPOINT_FILES
+from dynashape.train.warmup import BUDGET_FIELDS
 
 __all__ = [
     "CHECKPOINT_FILES",
@@ -124,6 +125,10 @@ def trajectory_part(config: dict[str, Any]) -> dict[str, Any]:
     for key, off in _added_while_off().items():
         if key in train and train[key] == off:
             del train[key]
+    warmup = data.get("warmup", {})
+    if isinstance(warmup, dict) and warmup.get("budget_prompt_share", 0) == 0:  # the plain base's warm-up
+        for key in BUDGET_FIELDS:
+            warmup.pop(key, None)
     data.get("eval", {}).pop("split", None)
     data.pop("cache_dir", None)
     return data

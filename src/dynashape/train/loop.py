@@ -105,6 +105,29 @@ class StepOutput:
     correct: torch.Tensor = field(repr=False)
 
 
+@dataclass(frozen=True)
+class TokenCount:
+    """Tokens sampled: prompt tokens (BOS and template included, pads not) and response tokens (EOS included)
+    of every rollout drawn, over ``rounds`` sampling rounds. What a step costs whether or not its rollouts reach
+    the loss: dynamic sampling's discarded rounds (DAPO, DLER) and a filter's dropped rollouts (GFPO) count."""
+
+    prompt: int = 0
+    response: int = 0
+    rounds: int = 0
+
+    @staticmethod
+    def of(rollouts: Rollouts) -> TokenCount:
+        """One sampling round: ``prompt_mask`` [N, P] and ``lengths`` [N] summed over its N rollouts, each rollout
+        counting its own copy of the prompt (the sampler prefills all N rows)."""
+        return TokenCount(int(rollouts.prompt_mask.sum()), int(rollouts.lengths.sum()), 1)
+
+    def __add__(self, other: TokenCount) -> TokenCount:
+        return TokenCount(self.prompt + other.prompt, self.response + other.response, self.rounds + other.rounds)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"prompt": self.prompt, "response": self.response, "rounds": self.rounds}
+
+
 @dataclass
 class _Collected:
     rollouts: Rollouts | None  # the kept groups (None when dynamic sampling kept none)
@@ -113,6 +136,7 @@ class _Collected:
     correct: torch.Tensor
     rounds: int
     sampled: dict[str, Any]  # every sampled rollout (kept or not), for honest accuracy / length metrics
+    tokens: TokenCount  # the tokens every sampled rollout cost (kept or not)
     formatted: torch.Tensor | None = None  # [N] the kept rollouts' answers in the asked format (LASER's score)
 
 
@@ -170,6 +194,7 @@ class Trainer:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(cfg.seed)
         self.step_index = 0
+        self.tokens_: TokenCount | None = TokenCount()  # tokens sampled so far; None: unknown (see load_state_dict)
 
     # -- state -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -180,6 +205,7 @@ class Trainer:
             "generator": self.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
             "shaper": self.shaper.state_dict(),
+            **({} if self.tokens_ is None else {"tokens": self.tokens_.state_dict()}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -188,6 +214,9 @@ class Trainer:
         self.generator.set_state(state["generator"])
         torch.set_rng_state(state["torch_rng"])
         self.shaper.load_state_dict(state["shaper"])
+        # A checkpoint written before token counting has no totals: they stay unknown rather than restart at 0.
+        tokens = state.get("tokens")
+        self.tokens_ = None if tokens is None else TokenCount(**{k: int(v) for k, v in tokens.items()})
 
     # -- phases ------------------------------------------------------------------------------------------
     def _generate(self, problems: list[Problem]) -> Rollouts:
@@ -271,13 +300,14 @@ class Trainer:
         cfg, g = self.cfg, self.cfg.group_size
         kept: list[tuple[Rollouts, list[Problem], torch.Tensor, torch.Tensor]] = []
         sampled: dict[str, Any] = {"problems": [], "correct": [], "lengths": [], "truncated": []}
-        n_groups, rounds = 0, 0
+        n_groups, rounds, tokens = 0, 0, TokenCount()
         while n_groups < cfg.prompts_per_step and rounds < cfg.max_sampling_rounds:
             rounds += 1
             prompts = self.stream.take(cfg.prompts_per_step)
             t0 = time.perf_counter()
             rollouts = self._generate(prompts)
             t1 = time.perf_counter()
+            tokens += TokenCount.of(rollouts)
             per_rollout = [p for p in prompts for _ in range(g)]
             correct, formatted = self._verify(rollouts, per_rollout)
             timings["sample"] += t1 - t0
@@ -308,13 +338,28 @@ class Trainer:
             sampled[key] = torch.cat(sampled[key])
         if not kept:  # every group was uniform in every round: nothing to learn from this step
             return _Collected(
-                None, [], torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.bool), rounds, sampled
+                None, [], torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.bool), rounds, sampled, tokens
             )
         merged = concat_rollouts([k[0] for k in kept], self.tokenizer.pad_token_id)
         problems = [p for k in kept for p in k[1]]
         group_ids = torch.arange(n_groups).repeat_interleave(g)
         correct_kept, formatted_kept = torch.cat([k[2] for k in kept]), torch.cat([k[3] for k in kept])
-        return _Collected(merged, problems, group_ids, correct_kept, rounds, sampled, formatted_kept)
+        return _Collected(merged, problems, group_ids, correct_kept, rounds, sampled, tokens, formatted_kept)
+
+    def _token_metrics(self, step: TokenCount) -> dict[str, float]:
+        """This step's sampled tokens (``tokens/prompt``, ``tokens/response``) and the run's totals so far
+        (``tokens/prompt_total``, ``tokens/response_total``, ``sampling_rounds_total``); adds ``step`` to the
+        totals. The totals are left out when unknown (a run resumed from a checkpoint without them)."""
+        out = {"tokens/prompt": float(step.prompt), "tokens/response": float(step.response)}
+        if self.tokens_ is not None:
+            self.tokens_ += step
+            total = self.tokens_
+            out |= {
+                "tokens/prompt_total": float(total.prompt),
+                "tokens/response_total": float(total.response),
+                "sampling_rounds_total": float(total.rounds),
+            }
+        return out
 
     def _budgets(self, problems: list[Problem]) -> torch.Tensor | None:
         """LongTensor [N] of the budgets the rollouts' prompts name, for a shaper that reads them (L1)."""
@@ -423,6 +468,7 @@ class Trainer:
         metrics: dict[str, float] = {
             "step": float(self.step_index + 1),
             "sampling_rounds": float(col.rounds),
+            **self._token_metrics(col.tokens),
             "groups_kept": float(len(col.group_ids) // cfg.group_size),
             "groups_kept_frac": len(col.group_ids) / len(s["correct"]),
             **rollout_metrics(s["problems"], s["correct"], s["lengths"], s["truncated"]),

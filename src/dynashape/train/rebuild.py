@@ -13,11 +13,11 @@ from pathlib import Path
 
 from dynashape.io import state
 from dynashape.train.config import RunConfig
-from dynashape.train.warmup import MANIFEST, base_model_key, train_base, write_manifest
+from dynashape.train.warmup import BASES, base_model_key, shipped_manifest, train_base, write_manifest
 from dynashape.world.base import World
 from dynashape.world.chain import ChainWorld
 
-__all__ = ["RebuildReport", "rebuild_base"]
+__all__ = ["RebuildReport", "rebuild_base", "rebuild_command"]
 
 REBUILD_COMMAND = "dynashape warmup --out DIR"
 
@@ -53,6 +53,12 @@ class RebuildReport:
             f"{self.shipped_final_loss!r}): this machine's arithmetic differs from the one that made it (runs use "
             f"the shipped file){where}"
         )
+
+
+def rebuild_command(cfg: RunConfig) -> str:
+    """The command that rebuilds the base of ``cfg``: ``--base NAME`` for a named base other than the plain one."""
+    name = next((n for n, w in BASES.items() if w == cfg.warmup), None)
+    return REBUILD_COMMAND if name in (None, "plain") else REBUILD_COMMAND.replace("--out", f"--base {name} --out")
 
 
 def rebuild_base(
@@ -91,13 +97,11 @@ def rebuild_base(
         with state.atomic_folder(folder) as tmp:  # a killed rebuild leaves no folder that looks shippable
             model.save_pretrained(str(tmp))
             tokenizer.save_pretrained(str(tmp))
-            manifest = write_manifest(tmp, key=key, losses=losses, seconds=seconds, command=REBUILD_COMMAND)
+            manifest = write_manifest(tmp, key=key, losses=losses, seconds=seconds, command=rebuild_command(cfg))
     shipped_sha, shipped_loss = None, None
-    shipped = world.shipped_base()
+    shipped = shipped_manifest(world, key)
     if shipped is not None:
-        shipped_manifest = state.read_json(shipped / MANIFEST)
-        if shipped_manifest.get("key") == key:
-            shipped_sha, shipped_loss = shipped_manifest["sha256"], shipped_manifest.get("warmup_final_loss")
+        shipped_sha, shipped_loss = shipped[1]["sha256"], shipped[1].get("warmup_final_loss")
     return RebuildReport(
         key, manifest["sha256"], manifest["warmup_final_loss"], seconds, shipped_sha, shipped_loss, out
     )

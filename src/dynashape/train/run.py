@@ -302,7 +302,9 @@ def run_summary(
     base_meta: dict[str, Any],
     resumed_from: int | None,
 ) -> dict[str, Any]:
-    """eval.json's content (without its timings): base vs final, AES, the lambda trajectory of LEAD runs."""
+    """eval.json's content (without its timings): base vs final, AES, the lambda trajectory of LEAD runs, and the
+    tokens the run sampled in all (``tokens_sampled``: prompt and response tokens of every rollout drawn, and the
+    sampling rounds; ``loop.TokenCount``)."""
     from dynashape.core.metrics import aes
 
     budget = cfg.train.max_new_tokens
@@ -330,6 +332,13 @@ def run_summary(
         "split": cfg.eval.split,
         "seed": cfg.train.seed,
     }
+    if metrics and "tokens/prompt_total" in metrics[-1]:  # absent for a run resumed from an older checkpoint
+        last = metrics[-1]
+        result["tokens_sampled"] = {
+            "prompt": int(last["tokens/prompt_total"]),
+            "response": int(last["tokens/response_total"]),
+            "sampling_rounds": int(last["sampling_rounds_total"]),
+        }
     lam = [(m["step"], m["lead/lambda_c"], m["lead/lambda_l"]) for m in metrics if "lead/lambda_l" in m]
     if lam:
         result["lambda_trajectory"] = {

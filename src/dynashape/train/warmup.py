@@ -36,6 +36,8 @@ from dynashape.runtime.policy import ModelConfig, build_policy
 from dynashape.world.base import Problem, World
 
 __all__ = [
+    "BASES",
+    "BUDGET_FIELDS",
     "MANIFEST",
     "BaseModelInfo",
     "WarmupConfig",
@@ -44,6 +46,7 @@ __all__ = [
     "file_sha256",
     "load_or_train_base",
     "save_base",
+    "shipped_manifest",
     "train_base",
     "warm_up",
     "write_manifest",
@@ -70,6 +73,18 @@ class WarmupConfig:
     """Seed of initialisation, trace sampling and batching."""
     bucket_batches: int = 8
     """Traces are drawn this many batches at a time and batched by problem (1 = no bucketing)."""
+    budget_prompt_share: float = 0.0
+    """Share of the warm-up prompts that name a token budget in L1's words (``world.budget_prompts``: " Think for
+    N tokens." or " Think for maximum N tokens.", either form with probability 1/2), the trace the teacher wrote
+    for the plain prompt unchanged: a base that tolerates a budget prompt without following it, as an
+    instruction-tuned model does before L1 (arXiv 2503.04697) trains it to. 0 draws nothing: the base and its key
+    are the plain base's. In [0, 1]."""
+    budget_low: int = 2
+    """Smallest budget a warm-up prompt names (tokens): the smallest low of L1's presets over both regimes
+    (``field_presets._l1``: 100 of 4096 at the tight budget 101 is 2). Read only when ``budget_prompt_share > 0``."""
+    budget_high: int = 160
+    """Largest budget a warm-up prompt names (tokens): the largest high of L1's presets over both regimes (4000 of
+    4096 at the loose budget 164 is 160). Budgets are uniform on the integers ``budget_low..budget_high``."""
 
     def __post_init__(self) -> None:
         if self.bucket_batches < 1:
@@ -82,6 +97,26 @@ class WarmupConfig:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if not 0.0 <= self.budget_prompt_share <= 1.0:
+            raise ValueError(f"budget_prompt_share must be in [0, 1], got {self.budget_prompt_share}")
+        if not 1 <= self.budget_low <= self.budget_high:
+            raise ValueError(
+                f"budget_low and budget_high must satisfy 1 <= budget_low <= budget_high, got {self.budget_low}, "
+                f"{self.budget_high}"
+            )
+
+
+BUDGET_FIELDS: tuple[str, ...] = ("budget_prompt_share", "budget_low", "budget_high")
+"""The ``WarmupConfig`` fields of budget prompts: left out of the key when the share is 0 (they change nothing then),
+so the plain base keeps the key it had before they existed."""
+
+BASES: dict[str, WarmupConfig] = {
+    "plain": WarmupConfig(),
+    "budget": WarmupConfig(budget_prompt_share=0.5),
+}
+"""The chain world's shipped bases by name (``dynashape warmup --base NAME``): the plain base, and the base that
+tolerates a budget prompt (half its warm-up prompts name one). A run picks the budget base with
+``--set warmup.budget_prompt_share=0.5``."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +153,23 @@ def encode_sft_batch(tokenizer: Any, prompts: Sequence[str], responses: Sequence
         labels[i, : len(r)] = torch.tensor(lab)
         mask[i, : len(r)] = 1
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def _prompts(problems: Sequence[Problem], rng: random.Random, cfg: WarmupConfig) -> list[str]:
+    """The warm-up prompts of ``problems``: each names a budget with probability ``cfg.budget_prompt_share``
+    (uniform on ``budget_low..budget_high``, L1's exact or maximum form with probability 1/2 each), drawn from
+    ``rng``, a stream of its own: the problems and traces are those of the plain warm-up. Share 0 draws nothing."""
+    from dynashape.world.budget_prompts import with_budget
+
+    if cfg.budget_prompt_share == 0:
+        return [p.prompt for p in problems]
+    out = []
+    for p in problems:  # a batch of 8 prompts, not rollouts
+        if rng.random() < cfg.budget_prompt_share:
+            budget = rng.randint(cfg.budget_low, cfg.budget_high)
+            p = with_budget(p, budget, "exact" if rng.random() < 0.5 else "maximum")
+        out.append(p.prompt)
+    return out
 
 
 def _lr_at(step: int, total: int, peak: float) -> float:
@@ -163,9 +215,11 @@ def warm_up(
 
     Each step trains on ``batch_size`` problems with one fresh teacher trace each (``world.teacher_trace``: its
     habits drawn from the world's mix), so the base model imitates the mix: it writes the filler its prompt's
-    trait invites, sometimes checks and repairs, sometimes shortcuts, slips or drops a parenthesis.
+    trait invites, sometimes checks and repairs, sometimes shortcuts, slips or drops a parenthesis. A share
+    ``cfg.budget_prompt_share`` of the prompts names a budget (``_prompts``) over the same trace.
     """
     rng = random.Random(f"warmup-{cfg.seed}")
+    budget_rng = random.Random(f"warmup-budget-{cfg.seed}")
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     model.train()
     losses: list[float] = []
@@ -174,7 +228,7 @@ def warm_up(
         if not queue:
             queue = _bucketed_batches(rng, problems, world, cfg.batch_size, cfg.bucket_batches)
         batch_problems, responses = queue.pop()
-        batch = encode_sft_batch(tokenizer, [p.prompt for p in batch_problems], responses)
+        batch = encode_sft_batch(tokenizer, _prompts(batch_problems, budget_rng, cfg), responses)
         batch = {k: v.to(device) for k, v in batch.items()}
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, cfg.steps, cfg.lr)
@@ -195,12 +249,15 @@ def base_model_key(world: World, model_cfg: ModelConfig, warmup_cfg: WarmupConfi
     identity = world.identity()
     if identity is None:
         raise ValueError(f"the {world.name} world has no teacher, so no warmed-up base model: give --model")
+    warmup = dataclasses.asdict(warmup_cfg)
+    if warmup_cfg.budget_prompt_share == 0:  # the plain base: its key as before the budget fields existed
+        warmup = {k: v for k, v in warmup.items() if k not in BUDGET_FIELDS}
     blob = json.dumps(
         {
             "format": CACHE_FORMAT,
             "task": identity,
             "model": dataclasses.asdict(model_cfg),
-            "warmup": dataclasses.asdict(warmup_cfg),
+            "warmup": warmup,
         },
         sort_keys=True,
     )
@@ -226,15 +283,13 @@ def _load_folder(path: Path, device: str | torch.device) -> tuple[torch.nn.Modul
 
 
 def _shipped(world: World, key: str) -> tuple[Path, dict[str, Any]] | None:
-    """The world's shipped base model folder and manifest when it is the base of ``key``; else None.
+    """The world's shipped base model folder and manifest when one is the base of ``key``; else None.
 
     A shipped file whose sha256 is not its manifest's is refused loudly: the package is damaged."""
-    folder = world.shipped_base()
-    if folder is None:
-        return None
-    manifest = state.read_json(folder / MANIFEST)
-    if manifest.get("key") != key:
+    found = shipped_manifest(world, key)
+    if found is None:
         return None  # another world, model or warm-up config: warm up and cache as usual
+    folder, manifest = found
     digest = file_sha256(folder / WEIGHTS)
     if digest != manifest.get("sha256"):
         raise ValueError(
@@ -242,6 +297,16 @@ def _shipped(world: World, key: str) -> tuple[Path, dict[str, Any]] | None:
             "reinstall dynashape or rebuild it with `dynashape warmup --out DIR`"
         )
     return folder, manifest
+
+
+def shipped_manifest(world: World, key: str) -> tuple[Path, dict[str, Any]] | None:
+    """The folder and manifest of the world's shipped base whose manifest has ``key`` (``World.shipped_bases``),
+    or None."""
+    for folder in world.shipped_bases():
+        manifest = state.read_json(folder / MANIFEST)
+        if manifest.get("key") == key:
+            return folder, manifest
+    return None
 
 
 def train_base(

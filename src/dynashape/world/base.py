@@ -123,6 +123,12 @@ class World(ABC):
         """The folder of the base model that ships with this world, or None."""
         return None
 
+    def shipped_bases(self) -> tuple[Path, ...]:
+        """Every base model folder that ships with this world (each with its manifest's key): ``shipped_base()``
+        and any others (a base warmed up with other settings)."""
+        base = self.shipped_base()
+        return () if base is None else (base,)
+
     def error_mode(self, problem: Problem, response: str) -> str:
         """The mode of a wrong response ("" when right): evaluation only (worlds with ``labels_errors``)."""
         raise ValueError(f"the {self.name} world has no error labeller")

@@ -17,10 +17,13 @@ from dynashape.world.chain.generator import world_splits
 from dynashape.world.chain.labels import error_mode, is_shortcut
 from dynashape.world.chain.teacher import teacher_trace
 
-__all__ = ["BASE_MODEL_DIR", "ChainWorld", "hard_subset", "world_stats"]
+__all__ = ["BASE_MODEL_DIR", "BUDGET_BASE_MODEL_DIR", "ChainWorld", "hard_subset", "world_stats"]
 
 BASE_MODEL_DIR = Path(__file__).with_name("base_model")
 """The shipped base model of the default chain world (``dynashape warmup`` rebuilds it)."""
+BUDGET_BASE_MODEL_DIR = Path(__file__).with_name("base_model_budget")
+"""The shipped base that tolerates a budget prompt (``warmup.BASES["budget"]``; ``dynashape warmup --base budget``
+rebuilds it)."""
 
 
 class ChainWorld(World):
@@ -52,6 +55,10 @@ class ChainWorld(World):
 
     def shipped_base(self) -> Path | None:
         return BASE_MODEL_DIR if (BASE_MODEL_DIR / "manifest.json").is_file() else None
+
+    def shipped_bases(self) -> tuple[Path, ...]:
+        budget = BUDGET_BASE_MODEL_DIR if (BUDGET_BASE_MODEL_DIR / "manifest.json").is_file() else None
+        return tuple(d for d in (self.shipped_base(), budget) if d is not None)
 
     def error_mode(self, problem: Problem, response: str) -> str:
         return error_mode(problem, response)
