@@ -143,7 +143,8 @@ def test_a_run_selects_the_shipped_budget_base_by_its_warmup_config(tmp_path):
 def test_the_command_line_selects_the_budget_base():
     """``--set warmup.budget_prompt_share=0.5`` is the budget base's warm-up (its key, so its shipped file);
     ``dynashape warmup --base`` refuses a name it does not ship, naming the ones it does."""
-    from dynashape.cli import _run_config, build_parser, main
+    from dynashape.cli import build_parser, main
+    from dynashape.cli.commands import _run_config
 
     args = build_parser().parse_args(["train", "--set", "warmup.budget_prompt_share=0.5"])
     assert _run_config(args, args.method, args.seed).warmup == BASES["budget"]

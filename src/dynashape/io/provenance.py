@@ -10,13 +10,14 @@ the kernel level torch chose."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["code_version", "cpu_model", "numeric_platform"]
+__all__ = ["code_version", "cpu_model", "file_sha256", "numeric_platform"]
 
 _GIT_TIMEOUT_S = 10.0
 
@@ -71,3 +72,12 @@ def numeric_platform() -> dict[str, Any]:
     import torch
 
     return {"cpu": cpu_model(), "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file's bytes (hex)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from dynashape.io import state
-from dynashape.io.provenance import cpu_model
+from dynashape.io.provenance import cpu_model, file_sha256
 from dynashape.runtime.policy import ModelConfig, build_policy
 from dynashape.world.base import Problem, World
 
@@ -262,15 +262,6 @@ def base_model_key(world: World, model_cfg: ModelConfig, warmup_cfg: WarmupConfi
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def file_sha256(path: str | Path) -> str:
-    """sha256 of a file's bytes (hex)."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _load_folder(path: Path, device: str | torch.device) -> tuple[torch.nn.Module, Any]:
