@@ -186,3 +186,16 @@ def test_an_untested_skyrl_is_refused_in_one_line_naming_the_setting(monkeypatch
     assert adapter.register() == ()
     assert versions.version_problem("0.4.0") is None
     np.testing.assert_equal(versions.TESTED_VERSIONS, ("0.4.0",))
+
+
+def test_the_tested_release_is_the_one_ci_installs_and_the_extra_pins():
+    import pathlib
+
+    import tomllib
+
+    from dynashape.integrations.skyrl.versions import TESTED_VERSIONS
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["skyrl"]
+    assert extra == [f"skyrl[skyrl-train]=={TESTED_VERSIONS[-1]}"]
+    assert f"skyrl=={TESTED_VERSIONS[-1]}" in (root / "ci" / "integration.sh").read_text()
