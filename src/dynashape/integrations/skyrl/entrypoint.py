@@ -27,7 +27,7 @@ from dynashape.integrations.skyrl.callbacks import make_callback
 from dynashape.integrations.skyrl.estimators import configure_run, estimator_names, reset_sessions
 from dynashape.integrations.skyrl.settings import parse_settings
 
-__all__ = ["check_config", "config_class", "main", "run_experiment"]
+__all__ = ["check_config", "config_class", "main", "run_experiment", "with_shaper"]
 
 #: SkyRL options that would change what the shaper computed, refused with one of ours.
 _REFUSED = (
@@ -66,25 +66,38 @@ def check_config(cfg: Any) -> None:
             raise ValueError(f"{dotted}=true is refused with the '{name}' estimator: {why}")
 
 
-def run_experiment(cfg: Any) -> None:
-    """SkyRL's ``skyrl_entrypoint`` body with the shaper: runs inside the Ray task that owns the trainer."""
-    from skyrl.train.entrypoints.main_base import BasePPOExp
+def with_shaper(base: type) -> type:
+    """`base` (SkyRL's ``BasePPOExp`` or a subclass of it) whose trainer carries the dynashape callback."""
 
-    register()
-    reset_sessions()
-    configure_run(max_response_length=cfg.generator.sampling_params.max_generate_length)
-
-    class DynashapeExp(BasePPOExp):
+    class DynashapeExp(base):  # type: ignore[misc,valid-type]
         def get_trainer(self, *args: Any, **kwargs: Any) -> Any:
             trainer = super().get_trainer(*args, **kwargs)
             trainer.add_callback(make_callback(self.cfg))
             return trainer
 
-    DynashapeExp(cfg).run()
+    return DynashapeExp
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Parse SkyRL overrides (``trainer.override_entrypoint=...`` dropped), check, start Ray, train."""
+def run_experiment(cfg: Any, base: type | None = None) -> None:
+    """SkyRL's ``skyrl_entrypoint`` body with the shaper: runs inside the Ray task that owns the trainer.
+
+    Args:
+        cfg: The parsed config (:func:`config_class`).
+        base: The experiment class to extend (default SkyRL's ``main_base.BasePPOExp``; a subclass replaces
+            parts of SkyRL's set-up, as SkyRL's own examples do).
+    """
+    if base is None:
+        from skyrl.train.entrypoints.main_base import BasePPOExp as base
+
+    register()
+    reset_sessions()
+    configure_run(max_response_length=cfg.generator.sampling_params.max_generate_length)
+    with_shaper(base)(cfg).run()
+
+
+def main(argv: Sequence[str] | None = None, *, base: type | None = None) -> None:
+    """Parse SkyRL overrides (``trainer.override_entrypoint=...`` dropped), check, start Ray, train
+    (``base``: :func:`run_experiment`'s)."""
     import ray
     from skyrl.train.utils import validate_cfg
     from skyrl.train.utils.utils import initialize_ray
@@ -95,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     check_config(cfg)
     validate_cfg(cfg)
     initialize_ray(cfg)
-    ray.get(ray.remote(num_cpus=1)(run_experiment).remote(cfg))
+    ray.get(ray.remote(num_cpus=1)(run_experiment).remote(cfg, base))
 
 
 if __name__ == "__main__":
