@@ -114,6 +114,7 @@ class CPUDispatch:
         # placement and memory calls (empty_cache, init_weight_sync_state, save_weights_for_sampler, ...):
         # nothing to move on one CPU process; awaited ones get an awaitable no-op
         if name in ("save_weights_for_sampler",):
+
             async def _async_noop(*args: Any, **kwargs: Any) -> None:
                 return None
 
@@ -198,6 +199,21 @@ def cpu_exp() -> type:
 
     class CPUExp(BasePPOExp):
         """SkyRL's experiment with the policy workers and the inference engine replaced (see module doc)."""
+
+        def get_train_dataset(self) -> Any:
+            # SkyRL's PromptDataset, filtered in this process: SkyRL's own starts 8 processes for it, which on
+            # 2 shared cores takes minutes for 8 prompts
+            from skyrl.train.dataset import PromptDataset
+
+            return PromptDataset(
+                datasets=self.cfg.data.train_data,
+                tokenizer=self.tokenizer,
+                max_prompt_length=self.cfg.trainer.max_prompt_length,
+                num_workers=1,
+            )
+
+        def get_eval_dataset(self) -> None:
+            return None  # the test runs no evaluation (trainer.eval_interval=-1)
 
         def get_colocate_pg(self, *args: Any, **kwargs: Any) -> None:
             return None  # GPU placement groups: nothing to place
