@@ -112,3 +112,16 @@ def test_the_shapers_metrics_reach_skyrls_logs(tmp_path):
     fire(make_callback(cfg), "on_log", 1, logs=logs)
     assert logs["dynashape/excluded_rows"] == 0.0 and "adlp/lambda" in logs and "policy/loss" in logs
     assert torch.isfinite(torch.tensor(logs["adlp/lambda"]))
+
+
+def test_a_resume_from_path_reads_the_state_in_that_folder(tmp_path):
+    cfg = run_cfg(tmp_path)
+    train_steps(cfg, [1])
+    elsewhere = tmp_path / "kept" / "global_step_1"
+    elsewhere.mkdir(parents=True)
+    fire(make_callback(cfg), "on_save", 1, ckpt_path=str(elsewhere))
+    saved = estimators.sessions()["adlp"].shaper.state_dict()
+    estimators.reset_sessions()
+    resumed = run_cfg(tmp_path, "trainer.resume_mode=from_path", f"trainer.resume_path={elsewhere}")
+    fire(make_callback(resumed), "on_train_start", 1)  # not ckpt_path/global_step_1, which does not exist
+    assert str(estimators.sessions()["adlp"].shaper.state_dict()) == str(saved)
