@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-HEAVY = ("torch", "sklearn", "hdbscan", "transformers", "matplotlib", "math_verify", "sympy", "verl", "trl", "ray")
+HEAVY = ("torch", "sklearn", "hdbscan", "transformers", "matplotlib", "math_verify", "sympy", "verl", "trl", "skyrl", "ray")
 
 
 def loaded_after(code: str) -> list[str]:
@@ -18,6 +18,11 @@ def test_bare_import_loads_nothing_heavy():
 
 def test_shapers_need_only_torch():
     assert loaded_after("from dynashape import get_shaper, RolloutBatch; get_shaper('lead')") == ["torch"]
+
+
+def test_the_skyrl_adapter_imports_no_skyrl_and_no_ray_until_it_registers():
+    assert loaded_after("import dynashape.integrations.skyrl") == []
+    assert "skyrl" not in loaded_after("import dynashape.integrations.skyrl.estimators")
 
 
 def test_meds_package_and_clustering_math_do_not_import_torch_or_transformers():

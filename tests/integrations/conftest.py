@@ -2,14 +2,17 @@
 
 import pytest
 
+from dynashape.integrations.skyrl import estimators as skyrl_estimators
 from dynashape.integrations.verl import estimators as verl_estimators
 
 
 @pytest.fixture(autouse=True)
 def _fresh_sessions():
     verl_estimators.reset_sessions()
+    skyrl_estimators.reset_sessions()
     yield
     verl_estimators.reset_sessions()
+    skyrl_estimators.reset_sessions()
 
 
 def _importable(name: str) -> bool:
@@ -24,4 +27,5 @@ collect_ignore_glob = [
     *([] if _importable("verl") else ["test_verl_*.py"]),
     *([] if _importable("trl") else ["test_trl_*.py"]),
     *([] if _importable("vllm") else ["test_vllm_*.py"]),
+    *([] if _importable("skyrl") else ["test_skyrl_*.py"]),
 ]
