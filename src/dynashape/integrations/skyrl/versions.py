@@ -7,8 +7,7 @@ environment of the driver and of SkyRL's Ray entrypoint task) skips the check, a
 
 from __future__ import annotations
 
-import os
-from importlib.metadata import PackageNotFoundError, version
+from dynashape.integrations._versions import installed, untested
 
 __all__ = ["ANY_VERSION_ENV", "RELIES_ON", "TESTED_VERSIONS", "installed_skyrl", "version_problem"]
 
@@ -24,18 +23,12 @@ RELIES_ON = (
 
 
 def installed_skyrl() -> str | None:
-    """SkyRL's installed release (its distribution metadata), None when it is not installed."""
-    try:
-        return version("skyrl")
-    except PackageNotFoundError:
-        return None
+    """skyrl's installed release (its distribution metadata), None when it is not installed."""
+    return installed("skyrl")
 
 
 def version_problem(found: str | None) -> str | None:
     """The one-line refusal for SkyRL release `found`, or None when it may register (tested, absent, skipped)."""
-    if found is None or found in TESTED_VERSIONS or os.environ.get(ANY_VERSION_ENV, "") == "1":
-        return None
-    return (
-        f"dynashape: skyrl {found} is untested (tested: {', '.join(TESTED_VERSIONS)}); the adapter relies on "
-        f"{RELIES_ON}; set {ANY_VERSION_ENV}=1 to register anyway"
+    return untested(
+        "skyrl", found, TESTED_VERSIONS, ANY_VERSION_ENV, f"the adapter relies on {RELIES_ON}", "register anyway"
     )

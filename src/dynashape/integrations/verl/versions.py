@@ -9,8 +9,7 @@ check, at the user's risk.
 
 from __future__ import annotations
 
-import os
-from importlib.metadata import PackageNotFoundError, version
+from dynashape.integrations._versions import installed, untested
 
 __all__ = ["ANY_VERSION_ENV", "OVERRIDDEN", "TESTED_VERSIONS", "VerlVersionError", "installed_verl", "version_problem"]
 
@@ -32,17 +31,11 @@ class VerlVersionError(RuntimeError):
 
 def installed_verl() -> str | None:
     """verl's installed release (its distribution metadata), None when it is not installed."""
-    try:
-        return version("verl")
-    except PackageNotFoundError:
-        return None
+    return installed("verl")
 
 
 def version_problem(found: str | None) -> str | None:
     """The one-line refusal for verl release `found`, or None when it may run (tested, absent, or skipped)."""
-    if found is None or found in TESTED_VERSIONS or os.environ.get(ANY_VERSION_ENV, "") == "1":
-        return None
-    return (
-        f"dynashape: verl {found} is untested (tested: {', '.join(TESTED_VERSIONS)}); the plugin overrides "
-        f"{OVERRIDDEN}; set {ANY_VERSION_ENV}=1 to run it anyway"
+    return untested(
+        "verl", found, TESTED_VERSIONS, ANY_VERSION_ENV, f"the plugin overrides {OVERRIDDEN}", "run it anyway"
     )
