@@ -168,6 +168,9 @@ COMMITTED_RUNS = {
 }
 ADDED_SINCE = {"v2": {"validation_samples", "validation_every", "validation_problems", "budget_prompt"}}
 """TrainConfig fields added after a study ran (at their defaults since); v1's runs predate more (and a layout)."""
+WARMUP_ADDED = {"budget_prompt_share": 0.0, "budget_low": 2, "budget_high": 160}
+"""WarmupConfig fields added after every committed study ran: at these defaults the base is the plain one, whose
+key leaves them out, so the runs' base is the same."""
 
 
 @pytest.mark.parametrize("name", sorted(COMMITTED_RUNS))
@@ -189,6 +192,8 @@ def test_a_committed_plans_runs_get_the_config_their_folder_holds(name):
         have = yaml.safe_load((root / folder / spec.folder() / "config.yaml").read_text())
         cfg = spec_config(spec, RunConfig(eval=EvalConfig(**plan.eval)))
         got = yaml.safe_load(yaml.safe_dump(cfg.to_dict()))
+        added = {k: got["warmup"].pop(k) for k in WARMUP_ADDED if k not in have.get("warmup", {})}
+        assert added == WARMUP_ADDED, (regime, row)  # the plain base's warm-up, as the committed runs had
         if name == "field":
             assert got == have, (regime, row)
             continue
