@@ -10,6 +10,7 @@ import pytest
 
 from dynashape.study.compare import BEST_GLOBAL, ComparisonPlan, RunSpec
 from dynashape.study.plan_file import StudyFileError, committed_plans, load_plan_file, parse_plan, studies_dir
+from dynashape.train.presets import make_train_config
 
 
 def _code_built_plans() -> dict[str, ComparisonPlan]:
@@ -67,9 +68,10 @@ def _code_built_plans() -> dict[str, ComparisonPlan]:
 
 def test_each_committed_file_is_its_code_built_plan():
     plans = committed_plans()
-    assert sorted(p.name for p in studies_dir().glob("*.toml")) == ["field.toml", "v1.toml", "v2.toml"]
-    want = _code_built_plans()
-    assert set(plans) == set(want)
+    files = sorted(p.name for p in studies_dir().glob("*.toml"))
+    assert files == ["field.toml", "frontiers.toml", "v1.toml", "v2.toml"]
+    want = _code_built_plans()  # the frontier study was a data file from the start (test_frontiers_plan)
+    assert set(plans) == {*want, "frontiers"}
     for name, plan in want.items():
         as_built = dataclasses.replace(
             plans[name], claims=(), decide=None, parts=(), alpha=0.05, frozen=None, best_global={}
@@ -237,6 +239,48 @@ def test_a_sweep_makes_one_named_row_per_value():
     assert quoted.fixed == {"tight/grpo_length@lr=0.0002": {"shaper_kwargs": {"threshold": 9}, "lr": 2e-4}}
 
 
+def test_a_row_named_otherwise_labels_and_the_study_fixed_apply_to_every_row():
+    schedules = [[[1, 40]], [[1, 20]]]
+    rows = [
+        "grpo",
+        {"name": "grpo_g16", "method": "grpo", "fixed": {"group_size": 16}},
+        {"method": "thinkprune", "sweep": {"shaper_kwargs.schedule": schedules}, "labels": ["cap40", "cap20"]},
+    ]
+    study = {**SWEEP, "fixed": {"lr": 2e-4}, "warmup": {"budget_prompt_share": 0.5}, "rows": {"loose": rows}}
+    plan = parse_plan(study, "mine.toml")
+    assert plan.warmup == {"budget_prompt_share": 0.5}
+    assert plan.rows == {"loose": ("grpo", "grpo_g16", "thinkprune@schedule=cap40", "thinkprune@schedule=cap20")}
+    assert plan.preset("grpo_g16") == "grpo" and plan.preset("thinkprune@schedule=cap20") == "thinkprune"
+    share = {"lr": 2e-4}
+    assert plan.fixed["loose/grpo"] == share
+    assert plan.fixed["loose/grpo_g16"] == {**share, "group_size": 16}
+    assert plan.fixed["loose/thinkprune@schedule=cap20"] == {**share, "shaper_kwargs": {"schedule": [[1, 20]]}}
+    cfg = make_train_config("thinkprune", regime="loose", **plan.fixed["loose/thinkprune@schedule=cap20"])
+    assert cfg.lr == 2e-4 and tuple(map(tuple, cfg.shaper_kwargs["schedule"])) == ((1, 20),)
+
+
+@pytest.mark.parametrize(
+    ("row", "study_fixed", "match"),
+    [
+        ({"name": "lead", "method": "grpo"}, {}, r"rows.tight.grpo.name = 'lead': is another preset's name"),
+        ({"name": "a@b", "method": "grpo"}, {}, r"name = 'a@b': must be a name"),
+        ({"method": "grpo", "labels": ["x"]}, {}, r"rows.tight.grpo.labels = \['x'\]: names a sweep's values"),
+        ({"method": "alp", "sweep": {"shaper_kwargs.beta": [0.1, 0.2]}, "labels": ["x"]}, {},
+         r"alp.labels = \['x'\]: must be a list of 2 names"),
+        ({"method": "alp", "sweep": {"shaper_kwargs.beta": [0.1, 0.2]}, "labels": ["x", "x"]}, {}, r"must be distinct"),
+        ({"method": "thinkprune", "sweep": {"shaper_kwargs.schedule": [[[1, 4]]]}}, {},
+         r"thinkprune.sweep = \[\[1, 4\]\]: a swept value must be a number"),
+        ({"method": "alp", "fixed": {"lr": 1e-4}}, {"lr": 2e-4},
+         r"rows.tight.alp.fixed = 'lr': is fixed for every row by the study"),
+        ({"method": "alp", "sweep": {"lr": [1e-4]}}, {"lr": 2e-4}, r"rows.tight.alp.sweep = 'lr': is also fixed"),
+        ("grpo", {"seed": 1}, r"mine.toml: fixed.seed = 1: is set by the study"),
+    ],
+)  # fmt: skip
+def test_names_labels_and_the_study_fixed_are_checked(row, study_fixed, match):
+    with pytest.raises(StudyFileError, match=match):
+        parse_plan({**SWEEP, "fixed": study_fixed, "rows": {"tight": ["grpo", row]}}, "mine.toml")
+
+
 def _refused(change: dict, match: str) -> None:
     with pytest.raises(StudyFileError, match=match) as err:
         parse_plan({**SWEEP, **change}, "mine.toml")
@@ -247,7 +291,7 @@ def _refused(change: dict, match: str) -> None:
     ("change", "match"),
     [
         ({"colour": "red"}, r"colour = 'red': unknown key"),
-        ({"page": "v3"}, r"page = 'v3': must be one of claims, holm, controls, generic"),
+        ({"page": "v3"}, r"page = 'v3': must be one of claims, holm, controls, generic, frontiers"),
         ({"seeds": [0, "1"]}, r"seeds = '1': must be an integer >= 0"),
         ({"seeds": [0, 0]}, r"seeds = \[0, 0\]: must be distinct"),
         ({"seeds": [True]}, r"seeds = True: must be an integer"),
@@ -256,6 +300,8 @@ def _refused(change: dict, match: str) -> None:
         ({"baseline": "lead"}, r"baseline = 'lead': must be a row of every regime; tight lacks it"),
         ({"eval": {"n_samples": 0}}, r"eval: .*n_samples"),
         ({"eval": {"samples": 4}}, r"eval.samples = 4: unknown key"),
+        ({"warmup": {"budget_share": 0.5}}, r"warmup.budget_share = 0.5: unknown key; WarmupConfig has"),
+        ({"warmup": {"budget_prompt_share": 2.0}}, r"warmup: .*budget_prompt_share"),
         ({"rows": {"medium": ["grpo"]}}, r"rows.medium = \['grpo'\]: unknown regime"),
         ({"rows": {"tight": ["grpo", "lead_fast"]}}, r"rows.tight.method = 'lead_fast': unknown method"),
         ({"rows": {"tight": ["grpo", "grpo"]}}, r"rows.tight = 'grpo': names a row twice"),
@@ -270,7 +316,8 @@ def _refused(change: dict, match: str) -> None:
         ({"rows": {"tight": ["grpo", {"method": "alp", "fixed": {"shaper_kwargs.gamma": 1}}]}}, r"alp.fixed = .*gamma"),
         ({"rows": {"tight": ["grpo", {"method": "alp", "colour": 1}]}}, r"rows.tight.colour = 1: unknown key"),
         ({"controls": {"folder": "x"}}, r"controls = .*must be a table with exactly folder, rows"),
-        ({"page": "claims", "baseline": None}, r"page = 'claims': a sweep's rows \(alp@beta=0.1, alp@beta=0.25\) need"),
+        ({"page": "claims", "baseline": None},
+         r"page = 'claims': rows named otherwise than their preset \(alp@beta=0.1, alp@beta=0.25\) need"),
         ({"rows": {"tight": ["grpo", "best_global"]}}, r"rows = 'best_global': the generic page reads rows by name"),
         ({"rows": {"tight": ["grpo", {"method": "alp", "fixed": {"seed": 3}}]}},
          r"rows.tight.alp.fixed.seed = 3: is set by the study: the study's paired seeds"),
@@ -437,7 +484,8 @@ def test_plan_names_a_committed_study_or_a_file(tmp_path):
     assert plan.name == "v2" and path is None
     plan, path = find_plan(str(root / "studies" / "field.toml"))
     assert plan == committed_plans()["field"] and path == root / "studies" / "field.toml"
-    with pytest.raises(StudyFileError, match=r"--plan 'v3': neither a committed study \(field, full, v2\) nor"):
+    committed = r"\(field, frontiers, full, v2\)"
+    with pytest.raises(StudyFileError, match=rf"--plan 'v3': neither a committed study {committed} nor"):
         find_plan("v3")
     with pytest.raises(StudyFileError, match=r"nor a study file"):
         find_plan(str(tmp_path / "missing.toml"))

@@ -16,6 +16,7 @@ from dynashape import cli
 from dynashape.cli import commands as cli_commands
 from dynashape.io.provenance import code_version
 from dynashape.study.compare import COMPARISON_PLAN, _trained_by
+from dynashape.train.config import WarmupConfig
 from dynashape.train.run import train
 from dynashape.train.run_folder import read_history
 
@@ -24,14 +25,25 @@ def test_a_plans_evaluation_is_in_the_template_without_any_eval_flag():
     """The v2 plan's evaluation (16 samples, 64 on the 40-key subset) reaches the template its runs are made
     from when the command line sets no eval.* field; a command-line eval field still wins."""
     args = cli.build_parser().parse_args(["compare", "--plan", "v2", "--out", "x"])
-    template, _ = cli_commands._template(args, COMPARISON_PLAN["v2"].eval)
+    template, _ = cli_commands._template(args, COMPARISON_PLAN["v2"])
     registered = dict(COMPARISON_PLAN["v2"].eval)
     assert template.eval.n_samples == registered["n_samples"] == 16
     assert template.eval.passk_samples == 64
     assert template.eval.passk_keys == registered["passk_keys"] and len(template.eval.passk_keys) == 40
     args = cli.build_parser().parse_args(["compare", "--plan", "v2", "--out", "x", "--set", "eval.batch_size=8"])
-    template, _ = cli_commands._template(args, COMPARISON_PLAN["v2"].eval)
+    template, _ = cli_commands._template(args, COMPARISON_PLAN["v2"])
     assert (template.eval.batch_size, template.eval.n_samples) == (8, 16)
+    assert template.warmup == WarmupConfig()  # v2 names no base: the default one
+
+
+def test_a_plans_base_model_is_in_the_template_under_the_command_lines():
+    """The frontier study's warm-up (the budget-tolerant base) reaches its runs' template; --set warmup.* wins."""
+    args = cli.build_parser().parse_args(["compare", "--plan", "frontiers", "--out", "x"])
+    template, _ = cli_commands._template(args, COMPARISON_PLAN["frontiers"])
+    assert template.warmup == WarmupConfig(budget_prompt_share=0.5) and template.eval.n_samples == 16
+    args = cli.build_parser().parse_args(["compare", "--plan", "frontiers", "--out", "x", "--set", "warmup.steps=10"])
+    template, _ = cli_commands._template(args, COMPARISON_PLAN["frontiers"])
+    assert template.warmup == WarmupConfig(budget_prompt_share=0.5, steps=10)
 
 
 def test_history_records_every_invocation_and_its_code(tiny_config, parity_verifier, tmp_path):

@@ -137,8 +137,9 @@ def _add_compare_command(sub) -> None:
         default=None,
         help=(
             "a study file (PATH.toml: docs/comparison.md, 'A study is a data file') or a committed study's name: "
-            "full (studies/v1.toml, docs/results.md), v2, the powered follow-up (docs/results-v2.md), or field, "
-            "the field's length methods (docs/results-field.md)"
+            "full (studies/v1.toml, docs/results.md), v2, the powered follow-up (docs/results-v2.md), field, "
+            "the field's length methods (docs/results-field.md), or frontiers, those methods at three strengths "
+            "each (docs/results-frontiers.md)"
         ),
     )
     p.add_argument(

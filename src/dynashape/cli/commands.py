@@ -45,17 +45,20 @@ def _overrides(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     return parse_overrides(pairs)
 
 
-def _template(args: argparse.Namespace, eval_defaults: Any = None) -> tuple[Any, dict[str, Any]]:
+def _template(args: argparse.Namespace, plan: Any = None) -> tuple[Any, dict[str, Any]]:
     """The RunConfig of the command line's non-training sections (train at its default) and the training
     overrides (``--steps``, ``--set lr=...``, ``--set shaper_kwargs.x=...``) to put on a preset.
-    ``eval_defaults``: EvalConfig fields under the command line's (a plan's evaluation)."""
-    from dynashape.train.config import EvalConfig, RunConfig
+    ``plan``: a study whose evaluation and base model (its ``eval`` and ``warmup`` fields) lie under the
+    command line's."""
+    from dynashape.train.config import EvalConfig, RunConfig, WarmupConfig
 
     sections = _overrides(args.set or [])
     train_kw = sections.pop("train", {})
     if args.steps is not None:
         train_kw["steps"] = args.steps
-    base = RunConfig(eval=EvalConfig(**(eval_defaults or {})))
+    base = RunConfig(
+        eval=EvalConfig(**(plan.eval if plan else {})), warmup=WarmupConfig(**(plan.warmup if plan else {}))
+    )
     parts = {name: _replace(name, getattr(base, name), kw) for name, kw in sections.items()}
     if args.warmup_steps is not None:
         parts["warmup"] = dataclasses.replace(parts.get("warmup", base.warmup), steps=args.warmup_steps)
@@ -145,7 +148,7 @@ def run_compare(args: argparse.Namespace) -> int:
     rows = plan_rows(plan, methods=methods, regimes=[args.regime] if args.regime else None)
     plan = plan or ComparisonPlan(rows={})
     seeds = _seeds(args.seeds, plan.seeds)
-    template, train_kw = _template(args, plan.eval)
+    template, train_kw = _template(args, plan)
     _check_rows(template, plan, rows, seeds[0], train_kw)
     present = {f"{r}/{m}" for r, ms in rows.items() for m in ms}
     out = Path(args.out)

@@ -93,7 +93,7 @@ class RunSpec:
         """``key=value`` of the grid point ('' for none)."""
         items = [(f"{k}.{kk}", vv) for k, v in self.overrides.items() if isinstance(v, dict) for kk, vv in v.items()]
         items += [(k, v) for k, v in self.overrides.items() if not isinstance(v, dict)]
-        return ",".join(f"{k.removeprefix('shaper_kwargs.')}={v:g}" for k, v in items)
+        return ",".join(f"{k.removeprefix('shaper_kwargs.')}={_point_text(v)}" for k, v in items)
 
     def folder(self) -> Path:
         if self.split == "test":
@@ -103,6 +103,18 @@ class RunSpec:
     def label(self) -> str:
         point = f" [{self.point}]" if self.point and not self.row else ""  # a sweep's row names its point
         return f"{self.name}{point} {self.regime} seed {self.seed}" + ("" if self.split == "test" else " (tuning)")
+
+
+def _point_text(value: Any) -> str:
+    """A grid point's value as ``RunSpec.point`` writes it: a number ``%g``, true/false, text as it is, a list
+    (a schedule, a grid) bracketed."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return f"{value:g}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_point_text(v) for v in value) + "]"
+    return str(value)
 
 
 def spec_config(spec: RunSpec, template: RunConfig, train_overrides: Mapping[str, Any] | None = None) -> RunConfig:

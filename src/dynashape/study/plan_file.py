@@ -28,7 +28,6 @@ committed studies' plans on every Python the package supports.
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,6 +37,8 @@ from typing import Any
 
 from dynashape.study.claim_entries import parse_claims
 from dynashape.study.claims import BEST_GLOBAL, Claim, Part
+from dynashape.study.plan_checks import StudyFileError, as_int, as_name, fail
+from dynashape.study.plan_rows import parse_fixed, parse_rows
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -55,22 +56,17 @@ __all__ = [
     "studies_dir",
 ]
 
-PAGE_KINDS = ("claims", "holm", "controls", "generic")
-"""The results pages a study can ask for (``study.pages``): the three committed studies' and a generic table."""
+PAGE_KINDS = ("claims", "holm", "controls", "generic", "frontiers")
+"""The results pages a study can ask for (``study.pages``): claims decided by intervals or by Holm, rows beside
+another study's controls, a table against a baseline row, and each method's frontier through a sweep."""
+NAMED_ROW_PAGES = ("generic", "frontiers")
+"""The pages that read a run's row by its name, so a row may be named otherwise than its preset (a sweep, a
+control such as GRPO with 16 rollouts)."""
 TOP_KEYS = (
     "name", "page", "report", "description", "seeds", "tune", "tuning_seeds", "eval", "rows", "baseline", "controls",
-    "decide", "alpha", "best_global", "claims", "frozen",
+    "decide", "alpha", "best_global", "claims", "frozen", "fixed", "warmup",
 )  # fmt: skip
-ROW_KEYS = ("method", "fixed", "sweep", "seeds")
 CONTROL_KEYS = ("folder", "rows")
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-RESERVED = {
-    "method": "the row's preset",
-    "shaper": "the row's preset",
-    "regime": "the key of rows it is listed under",
-    "seed": "the study's paired seeds",
-}
-"""TrainConfig fields a row cannot fix or sweep: the study sets them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +85,9 @@ class ComparisonPlan:
     an earlier study tuned, a sweep's value): no tuning runs for it."""
     eval: Mapping[str, Any] = field(default_factory=dict)
     """``EvalConfig`` fields of every run of the plan (its evaluation protocol)."""
+    warmup: Mapping[str, Any] = field(default_factory=dict)
+    """``WarmupConfig`` fields of every run: the base model every row starts from (``budget_prompt_share = 0.5``:
+    the budget-tolerant base); empty: the default base."""
     tune: bool = True
     """Whether rows with a tuning grid and no fixed value are tuned (on the validation split)."""
     name: str | None = None
@@ -121,10 +120,6 @@ class ComparisonPlan:
     def preset(self, row: str) -> str:
         """The preset ``row`` trains (its own name unless ``presets`` names another)."""
         return self.presets.get(row, row)
-
-
-class StudyFileError(ValueError):
-    """A study file that cannot be a plan: the message names the file, the key and the value."""
 
 
 def studies_dir() -> Path:
@@ -170,47 +165,38 @@ def load_plan_file(path: str | Path) -> ComparisonPlan:
     return parse_plan(data, str(path))
 
 
-def _fail(where: str, key: str, value: Any, why: str) -> StudyFileError:
-    return StudyFileError(f"{where}: {key} = {value!r}: {why}")
-
-
-def _int(where: str, key: str, value: Any, *, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise _fail(where, key, value, f"must be an integer >= {low}")
-    return value
-
-
-def _str(where: str, key: str, value: Any) -> str:
-    if not isinstance(value, str) or not NAME.match(value):
-        raise _fail(where, key, value, "must be a name (letters, digits, _ . -)")
-    return value
-
-
 def parse_plan(data: Mapping[str, Any], where: str) -> ComparisonPlan:
     """The plan of a study file's parsed ``data`` (``where``: the file, for the errors)."""
     unknown = sorted(set(data) - set(TOP_KEYS))
     if unknown:
-        raise _fail(where, unknown[0], data[unknown[0]], f"unknown key; a study file has {', '.join(TOP_KEYS)}")
+        raise fail(where, unknown[0], data[unknown[0]], f"unknown key; a study file has {', '.join(TOP_KEYS)}")
     for key in ("name", "page", "seeds", "rows"):
         if key not in data:
             raise StudyFileError(f"{where}: {key} is missing (a study file needs name, page, seeds and rows)")
-    name = _str(where, "name", data["name"])
+    name = as_name(where, "name", data["name"])
     if data["page"] not in PAGE_KINDS:
-        raise _fail(where, "page", data["page"], f"must be one of {', '.join(PAGE_KINDS)}")
+        raise fail(where, "page", data["page"], f"must be one of {', '.join(PAGE_KINDS)}")
     if not isinstance(data.get("description", ""), str):
-        raise _fail(where, "description", data["description"], "must be text")
+        raise fail(where, "description", data["description"], "must be text")
     report = data.get("report")
     if report is not None and (not isinstance(report, str) or not report.endswith(".md")):
-        raise _fail(where, "report", report, "must be a markdown page's path (PAGE.md)")
+        raise fail(where, "report", report, "must be a markdown page's path (PAGE.md)")
     seeds = _seeds(where, data["seeds"])
     tune = data.get("tune", True)
     if not isinstance(tune, bool):
-        raise _fail(where, "tune", tune, "must be true or false")
-    rows, presets, fixed, row_seeds = _rows(where, data["rows"], len(seeds))
-    if presets and data["page"] != "generic":  # those pages read runs by preset: a sweep's rows would merge
-        raise _fail(where, "page", data["page"], f"a sweep's rows ({', '.join(presets)}) need page = 'generic'")
+        raise fail(where, "tune", tune, "must be true or false")
+    study_fixed = parse_fixed(where, "fixed", data.get("fixed", {}))
+    rows, presets, fixed, row_seeds = parse_rows(where, data["rows"], len(seeds), study_fixed)
+    if presets and data["page"] not in NAMED_ROW_PAGES:  # those pages read runs by preset: named rows would merge
+        raise fail(
+            where,
+            "page",
+            data["page"],
+            f"rows named otherwise than their preset ({', '.join(presets)}) need "
+            f"page = {' or '.join(map(repr, NAMED_ROW_PAGES))}",
+        )
     if data["page"] == "generic" and any(BEST_GLOBAL in names for names in rows.values()):
-        raise _fail(where, "rows", BEST_GLOBAL, "the generic page reads rows by name; name the baseline you mean")
+        raise fail(where, "rows", BEST_GLOBAL, "the generic page reads rows by name; name the baseline you mean")
     baseline = _baseline(where, data.get("baseline"), data["page"], rows)
     claims, parts = ((), ())
     if "claims" in data or "decide" in data:
@@ -218,10 +204,11 @@ def parse_plan(data: Mapping[str, Any], where: str) -> ComparisonPlan:
     return ComparisonPlan(
         rows=rows,
         seeds=seeds,
-        tuning_seeds=_int(where, "tuning_seeds", data.get("tuning_seeds", 2), low=1),
+        tuning_seeds=as_int(where, "tuning_seeds", data.get("tuning_seeds", 2), low=1),
         row_seeds=row_seeds,
         fixed=fixed,
-        eval=_eval(where, data.get("eval", {})),
+        eval=_section(where, "eval", data.get("eval", {})),
+        warmup=_section(where, "warmup", data.get("warmup", {})),
         tune=tune,
         name=name,
         page=data["page"],
@@ -240,49 +227,51 @@ def parse_plan(data: Mapping[str, Any], where: str) -> ComparisonPlan:
 
 def _frozen(where: str, value: Any) -> str | None:
     if value is not None and (not isinstance(value, str) or not (studies_dir() / value).is_file()):
-        raise _fail(where, "frozen", value, f"must name a JSON file in {studies_dir()}")
+        raise fail(where, "frozen", value, f"must name a JSON file in {studies_dir()}")
     return value
 
 
 def _alpha(where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
-        raise _fail(where, "alpha", value, "must be a level in (0, 1)")
+        raise fail(where, "alpha", value, "must be a level in (0, 1)")
     return float(value)
 
 
 def _best_global(where: str, value: Any, rows: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
     if not isinstance(value, Mapping):
-        raise _fail(where, "best_global", value, "must be a table of regime = row")
+        raise fail(where, "best_global", value, "must be a table of regime = row")
     for regime, row in value.items():
         if regime not in rows or row not in rows[regime]:
-            raise _fail(where, f"best_global.{regime}", row, "must name a row of that regime")
+            raise fail(where, f"best_global.{regime}", row, "must name a row of that regime")
     return dict(value)
 
 
 def _seeds(where: str, value: Any) -> tuple[int, ...]:
     if not isinstance(value, list) or not value:
-        raise _fail(where, "seeds", value, "must be a non-empty list of integers")
-    seeds = tuple(_int(where, "seeds", s, low=0) for s in value)
+        raise fail(where, "seeds", value, "must be a non-empty list of integers")
+    seeds = tuple(as_int(where, "seeds", s, low=0) for s in value)
     if len(set(seeds)) != len(seeds):
-        raise _fail(where, "seeds", value, "must be distinct")
+        raise fail(where, "seeds", value, "must be distinct")
     return seeds
 
 
-def _eval(where: str, value: Any) -> dict[str, Any]:
-    """``EvalConfig`` fields (lists as tuples, as the config holds them), checked by ``EvalConfig`` itself."""
-    from dynashape.train.config import EvalConfig
+def _section(where: str, key: str, value: Any) -> dict[str, Any]:
+    """A RunConfig section's fields (``eval``: ``EvalConfig``; ``warmup``: ``WarmupConfig``) every run shares
+    (lists as tuples, as the config holds them), checked by the config class itself."""
+    from dynashape.train.config import SECTIONS
 
+    klass = SECTIONS[key]
     if not isinstance(value, dict):
-        raise _fail(where, "eval", value, "must be a table of EvalConfig fields")
-    fields = [f.name for f in dataclasses.fields(EvalConfig)]
-    for key, v in value.items():
-        if key not in fields:
-            raise _fail(where, f"eval.{key}", v, f"unknown key; EvalConfig has {', '.join(fields)}")
+        raise fail(where, key, value, f"must be a table of {klass.__name__} fields")
+    fields = [f.name for f in dataclasses.fields(klass)]
+    for name, v in value.items():
+        if name not in fields:
+            raise fail(where, f"{key}.{name}", v, f"unknown key; {klass.__name__} has {', '.join(fields)}")
     out = {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
     try:
-        EvalConfig(**out)
+        klass(**out)
     except (TypeError, ValueError) as err:
-        raise StudyFileError(f"{where}: eval: {err}") from None
+        raise StudyFileError(f"{where}: {key}: {err}") from None
     return out
 
 
@@ -292,184 +281,22 @@ def _controls(where: str, value: Any) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict) or set(value) != set(CONTROL_KEYS):
-        raise _fail(where, "controls", value, f"must be a table with exactly {', '.join(CONTROL_KEYS)}")
-    folder = _str(where, "controls.folder", value["folder"])
+        raise fail(where, "controls", value, f"must be a table with exactly {', '.join(CONTROL_KEYS)}")
+    folder = as_name(where, "controls.folder", value["folder"])
     rows = value["rows"]
     if not isinstance(rows, list) or not rows or any(r not in PRESETS for r in rows):
-        raise _fail(where, "controls.rows", rows, "must be a non-empty list of preset names")
+        raise fail(where, "controls.rows", rows, "must be a non-empty list of preset names")
     return {"folder": folder, "rows": tuple(rows)}
 
 
 def _baseline(where: str, value: Any, page: str, rows: Mapping[str, tuple[str, ...]]) -> str | None:
     if page != "generic":
         if value is not None:
-            raise _fail(where, "baseline", value, f"only a generic page reads a baseline (page = {page!r})")
+            raise fail(where, "baseline", value, f"only a generic page reads a baseline (page = {page!r})")
         return None
     if value is None:
         raise StudyFileError(f"{where}: baseline is missing (a generic page compares every row with it)")
     lacking = [r for r, ms in rows.items() if value not in ms]
     if lacking:
-        raise _fail(where, "baseline", value, f"must be a row of every regime; {', '.join(lacking)} lacks it")
+        raise fail(where, "baseline", value, f"must be a row of every regime; {', '.join(lacking)} lacks it")
     return value
-
-
-# ---------------------------------------------------------------------------------------------------- rows
-Rows = tuple[dict[str, tuple[str, ...]], dict[str, str], dict[str, dict[str, Any]], dict[str, int]]
-
-
-def _rows(where: str, value: Any, n_seeds: int) -> Rows:
-    """(regime -> row names, row -> preset where they differ, "regime/row" -> fixed overrides, "regime/row" ->
-    seed count) of the file's ``rows`` table."""
-    from dynashape.train.presets import REGIMES
-
-    if not isinstance(value, dict) or not value:
-        raise _fail(where, "rows", value, "must be a table: regime -> list of rows")
-    rows: dict[str, tuple[str, ...]] = {}
-    presets: dict[str, str] = {}
-    fixed: dict[str, dict[str, Any]] = {}
-    row_seeds: dict[str, int] = {}
-    for regime, entries in value.items():
-        if regime not in REGIMES:
-            raise _fail(where, f"rows.{regime}", entries, f"unknown regime; regimes are {', '.join(REGIMES)}")
-        if not isinstance(entries, list) or not entries:
-            raise _fail(where, f"rows.{regime}", entries, "must be a non-empty list of rows")
-        names: list[str] = []
-        for entry in entries:
-            for row, preset, overrides, n in _expand(where, f"rows.{regime}", regime, entry, n_seeds):
-                if row in names:
-                    raise _fail(where, f"rows.{regime}", row, "names a row twice")
-                names.append(row)
-                if row != preset:
-                    presets[row] = preset
-                if overrides:
-                    fixed[f"{regime}/{row}"] = overrides
-                if n is not None:
-                    row_seeds[f"{regime}/{row}"] = n
-        rows[regime] = tuple(names)
-    return rows, presets, fixed, row_seeds
-
-
-def _expand(
-    where: str, key: str, regime: str, entry: Any, n_seeds: int
-) -> list[tuple[str, str, dict[str, Any], int | None]]:
-    """One row entry as (row, preset, fixed overrides, seed count or None) per row it makes (a sweep: several)."""
-    from dynashape.train.presets import PRESETS
-
-    if isinstance(entry, str):
-        entry = {"method": entry}
-    if not isinstance(entry, dict):
-        raise _fail(where, key, entry, "a row is a preset's name or a table with method")
-    unknown = sorted(set(entry) - set(ROW_KEYS))
-    if unknown:
-        raise _fail(where, f"{key}.{unknown[0]}", entry[unknown[0]], f"unknown key; a row has {', '.join(ROW_KEYS)}")
-    method = entry.get("method")
-    if method != BEST_GLOBAL and method not in PRESETS:
-        raise _fail(where, f"{key}.method", method, f"unknown method; presets are {', '.join(PRESETS)}")
-    if method == BEST_GLOBAL and set(entry) != {"method"}:
-        raise _fail(where, key, entry, f"{BEST_GLOBAL} is chosen by tuning: it takes no fixed, sweep or seeds")
-    n = None if "seeds" not in entry else _int(where, f"{key}.{method}.seeds", entry["seeds"], low=1)
-    if n is not None and n > n_seeds:
-        raise _fail(where, f"{key}.{method}.seeds", n, f"a row takes the first n of the study's {n_seeds} seeds")
-    fixed = entry.get("fixed", {})
-    if not isinstance(fixed, dict):
-        raise _fail(where, f"{key}.{method}.fixed", fixed, "must be a table of make_train_config overrides")
-    fixed = _nested_all(fixed)  # { "shaper_kwargs.x" = 1 } as { shaper_kwargs = { x = 1 } }
-    if set(fixed) & set(RESERVED):
-        taken = sorted(set(fixed) & set(RESERVED))[0]
-        raise _fail(where, f"{key}.{method}.fixed.{taken}", fixed[taken], "is set by the study: " + RESERVED[taken])
-    if "sweep" not in entry:
-        _check_overrides(where, f"{key}.{method}.fixed", method, regime, fixed)
-        return [(method, method, fixed, n)]
-    sweep_key, values = _sweep(where, f"{key}.{method}.sweep", method, entry["sweep"])
-    if _leaf(fixed, sweep_key) is not None:
-        raise _fail(where, f"{key}.{method}.sweep", sweep_key, "is also fixed: a parameter is either")
-    out = []
-    for v in values:
-        overrides = _merge(fixed, _nested(sweep_key, v))
-        _check_overrides(where, f"{key}.{method}.sweep", method, regime, overrides)
-        name = f"{method}@{sweep_key.removeprefix('shaper_kwargs.')}={_text(where, f'{key}.{method}.sweep', v)}"
-        out.append((name, method, overrides, n))
-    return out
-
-
-def _sweep(where: str, key: str, method: str, value: Any) -> tuple[str, list[Any]]:
-    """(the swept key in --set form, its values): one parameter the preset has, a non-empty list of values."""
-    from dynashape.shapers import config_class
-    from dynashape.train.config import TrainConfig, train_sections
-    from dynashape.train.presets import PRESETS
-
-    leaves = _leaves(value) if isinstance(value, dict) else {}
-    if len(leaves) != 1:
-        raise _fail(where, key, value, 'must be one parameter and its values: { "shaper_kwargs.beta" = [0.1, 0.2] }')
-    ((path, values),) = leaves.items()
-    if not isinstance(values, list) or not values:
-        raise _fail(where, f"{key}.{path}", values, "must be a non-empty list of values")
-    head, _, tail = path.partition(".")
-    sections = dict(train_sections())
-    if head == "shaper_kwargs":
-        have = [f.name for f in dataclasses.fields(config_class(PRESETS[method]["shaper"]))]
-    elif head in sections:
-        have = [f.name for f in dataclasses.fields(sections[head])]
-    else:  # a plain TrainConfig field: nothing after it
-        have = [f.name for f in dataclasses.fields(TrainConfig) if f.name not in sections and f.name not in RESERVED]
-        have.remove("shaper_kwargs")
-        tail = head if not tail else path  # "lr" names a field; "lr.x" names none
-    if tail not in have:
-        raise _fail(where, key, path, f"{method!r} has no such parameter; it has {', '.join(have)}")
-    return path, values
-
-
-def _check_overrides(where: str, key: str, method: str, regime: str, overrides: Mapping[str, Any]) -> None:
-    """Refuse what the row's runs would refuse: ``make_train_config`` and the shaper's own config."""
-    if not overrides:
-        return
-    from dynashape.shapers import config_class
-    from dynashape.train.presets import make_train_config
-
-    try:
-        cfg = make_train_config(method, regime=regime, **{k: v for k, v in overrides.items()})
-        config_class(cfg.shaper)(**cfg.shaper_kwargs)
-    except (TypeError, ValueError) as err:
-        raise _fail(where, key, dict(overrides), str(err)) from None
-
-
-def _leaves(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a.b": v} of a nested table (a quoted dotted key stays as written)."""
-    out: dict[str, Any] = {}
-    for k, v in table.items():
-        out |= _leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v}
-    return out
-
-
-def _leaf(table: Mapping[str, Any], path: str) -> Any:
-    return _leaves(table).get(path)
-
-
-def _nested_all(table: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for path, value in _leaves(table).items():
-        out = _merge(out, _nested(path, value))
-    return out
-
-
-def _nested(path: str, value: Any) -> dict[str, Any]:
-    head, _, tail = path.partition(".")
-    return {head: _nested(tail, value) if tail else value}
-
-
-def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def _text(where: str, key: str, value: Any) -> str:
-    """A swept value in a row's name: numbers as RunSpec.point writes them (``%g``), true/false, text as it is."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return f"{value:g}"
-    if isinstance(value, str) and NAME.match(value):
-        return value
-    raise _fail(where, key, value, "a swept value must be a number, true/false or a name")
