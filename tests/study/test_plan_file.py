@@ -454,10 +454,14 @@ def test_the_documented_example_is_a_valid_study(tmp_path):
     (tmp_path / "my-study.toml").write_text(example)
     plan = load_plan_file(tmp_path / "my-study.toml")
     assert plan.name == "my-study" and plan.page == "generic" and plan.baseline == "grpo"
-    assert plan.rows["tight"] == ("grpo", "lead", "grpo_length", "alp@beta=0.0001", "alp@beta=0.001", "gdpo")
-    assert plan.fixed["tight/grpo_length"] == {"shaper_kwargs": {"threshold": 32}} and plan.row_seeds == {
-        "tight/gdpo": 2
-    }
+    assert plan.rows["tight"] == (
+        "grpo", "lead", "grpo_length", "alp@beta=0.0001", "alp@beta=0.001", "gdpo", "grpo_g16",
+        "thinkprune@schedule=cap50", "thinkprune@schedule=cap25",
+    )  # fmt: skip
+    assert plan.fixed["tight/grpo_length"] == {"lr": 2e-4, "shaper_kwargs": {"threshold": 32}}
+    assert plan.row_seeds == {"tight/gdpo": 2} and plan.preset("grpo_g16") == "grpo"
+    assert plan.fixed["tight/thinkprune@schedule=cap25"]["shaper_kwargs"] == {"schedule": [[16, 25]]}
+    assert plan.warmup == {"budget_prompt_share": 0.5}
 
 
 def test_the_documented_claims_example_registers_a_claim(tmp_path):
