@@ -72,6 +72,30 @@ def test_code_version_is_this_checkout_head():
     assert isinstance(version["dirty"], bool)
 
 
+def test_dirty_counts_a_change_anywhere_in_the_package(tmp_path, monkeypatch):
+    """A copy of this checkout's package with one edit outside io/ (a shaper) is dirty; unedited, it is not."""
+    import shutil
+
+    from dynashape.io import provenance
+
+    repo = tmp_path / "repo"
+    src = Path(provenance.__file__).resolve().parents[1]
+    shutil.copytree(src, repo / "dynashape", ignore=shutil.ignore_patterns("__pycache__", "*.pt", "*.safetensors"))
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    monkeypatch.setattr(provenance, "__file__", str(repo / "dynashape" / "io" / "provenance.py"))
+    provenance.code_version.cache_clear()
+    try:
+        assert provenance.code_version()["dirty"] is False
+        provenance.code_version.cache_clear()
+        (repo / "dynashape" / "shapers" / "recipes.py").write_text("# edited\n")
+        assert provenance.code_version()["dirty"] is True
+    finally:
+        provenance.code_version.cache_clear()
+
+
 BASE_CACHE = Path(__file__).resolve().parents[2] / "results" / "comparison-v2" / "base-cache"
 
 
