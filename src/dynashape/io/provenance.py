@@ -39,7 +39,7 @@ def code_version() -> dict[str, Any]:
     ``commit`` is HEAD of the git checkout the package was imported from (an editable install), or None for an
     installed wheel; ``dirty`` says whether the package's source differs from that commit (None without git).
     Computed once per process: a study's driver and its workers import the code once."""
-    package = Path(__file__).resolve().parents[1]  # dynashape/, not this io/ folder: a change anywhere counts
+    package = Path(__file__).resolve().parent.parent  # dynashape/, not this io/ folder: a change anywhere counts
     try:
         version = metadata.version("dynashape")
     except metadata.PackageNotFoundError:

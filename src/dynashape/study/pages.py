@@ -5,7 +5,9 @@ The page is the one its study file names (``page``, ``PAGES``): ``claims``, clai
 (``results``; the first comparison's); ``holm``, claims with margins decided by Holm's step-down, the registration
 kept verbatim (``holm_page``; the follow-up's); ``controls``, a descriptive page of rows beside another study's
 control runs (``controls_results``; the field comparison's); ``generic``, a table per regime against the file's
-baseline row (``generic_page``). An ad-hoc comparison (``--methods``, no plan) gets the claims page without claims.
+baseline row (``generic_page``); ``frontiers``, each method's frontier through a sweep of its strength, accuracy
+at matched lengths and which method when (``frontier_page``). An ad-hoc comparison (``--methods``, no plan) gets
+the claims page without claims.
 Every page records, beside the plan's evaluation, each run's own (its config.yaml);
 where they differ no verdict is written unless the caller asks for a page marked as deviating.
 """
@@ -105,11 +107,20 @@ def _generic(out: Path, report: Path, plan: ComparisonPlan | None, evaluation: A
     return write_generic_results(out, report, plan, evaluation=evaluation)  # type: ignore[arg-type]
 
 
+def _frontiers(
+    out: Path, report: Path, plan: ComparisonPlan | None, evaluation: Any, n_boot: int, controls: Any
+) -> Any:
+    from dynashape.study.frontier_page import write_frontier_results
+
+    return write_frontier_results(out, report, plan, evaluation=evaluation)  # type: ignore[arg-type]
+
+
 PAGES: Mapping[str, Page] = {
     "claims": Page(_claims),
     "holm": Page(_holm),
     "controls": Page(_controls, keeps_committed_page=True),
     "generic": Page(_generic),
+    "frontiers": Page(_frontiers),
 }
 """page kind (a study file's ``page``, ``plan_file.PAGE_KINDS``) -> its writer."""
 
