@@ -24,7 +24,7 @@ from dynashape.study.claims import GLOBAL_THRESHOLD_BASELINES, Claim, evaluate_c
 from dynashape.study.results_page import TABLE_METRICS, kept_claims, results_markdown
 from dynashape.study.roles import StudyRoles, roles_of
 from dynashape.study.stats import hierarchical_bootstrap, mean_sd, paired_values, t_interval
-from dynashape.study.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
+from dynashape.study.tables import PUBLISHED
 
 __all__ = ["SUMMARY_METRICS", "best_tuned", "build_results", "json_clean", "load_runs", "runs_by_row", "write_results"]
 
@@ -259,7 +259,7 @@ def build_results(
         "differences": _differences(runs, controls, n_boot, roles.control),
         "per_difficulty": _per_difficulty(runs, n_boot, roles.control),
         "claims": evaluate_claims(runs, best_global, claims=claims, n_boot=n_boot),
-        "published": {"lead": PUBLISHED_LEAD, "meds": PUBLISHED_MEDS},
+        "published": dict(PUBLISHED),
     }
 
 
