@@ -351,7 +351,7 @@ def test_the_trajectory_names_are_the_ones_the_shapers_log():
 
     from dynashape import RolloutBatch, get_shaper
     from dynashape.shapers import shaper_trajectory
-    from dynashape.study.controls_results import trajectory_keys
+    from dynashape.study.controls_results import TRAJECTORIES, trajectory_keys
     from dynashape.train.field_presets import field_table
 
     batch = RolloutBatch(group_ids=torch.tensor([0, 0, 1, 1]), correct=torch.tensor([1, 0, 1, 1]),
@@ -359,9 +359,10 @@ def test_the_trajectory_names_are_the_ones_the_shapers_log():
                          truncated=torch.tensor([0, 1, 0, 0]), formatted=torch.tensor([1, 0, 1, 1]))  # fmt: skip
     table = field_table(101)
     controllers = [m for m in (*table, "lead") if shaper_trajectory(table.get(m, {"shaper": m})["shaper"])]
-    assert controllers == ["thinkprune", "laser_d", "adlp", "aalc", "lead"]
+    assert controllers == ["thinkprune", "laser_d", "adlp", "aalc", "lead"] and len(TRAJECTORIES) == 5
     for method in controllers:
         names = trajectory_keys({"config": {"train": {"shaper": method}}})  # type: ignore[typeddict-item]
+        assert TRAJECTORIES[method] == names  # the built-in declarations, by shaper
         kwargs = {"b_max": 101, "l_min": 25} if method == "lead" else table[method]["shaper_kwargs"]
         shaper = get_shaper(method, **kwargs)
         if method == "aalc":  # alpha_t is logged once a validation accuracy is known

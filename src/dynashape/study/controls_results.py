@@ -23,9 +23,11 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from dynashape.io import state
+from dynashape.shapers import available_shapers, shaper_trajectory
 from dynashape.study.caveats import add_holm, caveats
 from dynashape.study.claims import metric_value
 from dynashape.study.controls_runs import (
@@ -45,6 +47,7 @@ from dynashape.study.stats import mean_sd, paired_values, t_interval
 __all__ = [
     "FIELD_MEASURES",
     "ROW_MEASURES",
+    "TRAJECTORIES",
     "build_controls_results",
     "measure_value",
     "trajectory_keys",
@@ -57,13 +60,16 @@ ROW_MEASURES: tuple[str, ...] = (*FIELD_MEASURES, "truncated_at_budget")
 """The rows add the share of responses longer than the regime's training budget B (the evaluation's cap, 256, is
 far above B, so few responses are cut there)."""
 AT_BUDGET_MEASURES: tuple[str, ...] = ("accuracy", "mean_length", "following_error", "truncated_frac")
+TRAJECTORIES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {n: t.keys for n in available_shapers() if (t := shaper_trajectory(n)) is not None}
+)
+"""shaper -> the metric keys of its controller state, each built-in shaper's own declaration (``Trajectory``) as
+registered at import; ``trajectory_keys`` reads a run's (its config.yaml's shaper, a user's recipe included)."""
 
 
 def trajectory_keys(ref: RunRef) -> tuple[str, ...]:
     """The metrics.jsonl keys of the controller state a run's shaper logs (its config.yaml's ``train.shaper``
     and that shaper's declared ``Trajectory``); none for a shaper without a controller or no longer registered."""
-    from dynashape.shapers import available_shapers, shaper_trajectory
-
     shaper = (ref["config"].get("train") or {}).get("shaper")
     trajectory = shaper_trajectory(shaper) if shaper in available_shapers() else None
     return trajectory.keys if trajectory is not None else ()
