@@ -122,11 +122,13 @@ def _sampling_control(field: Rows, controls_dir: Path, row: str | None) -> list[
     row's name. One such method per regime: the entries name their regime, not their method (the committed JSON's
     schema)."""
     out: list[dict[str, Any]] = []
+    if row is None:
+        return out
     samplers = [(r, m) for (r, m), by_seed in sorted(field.items()) if any(map(_samples_dynamically, by_seed.values()))]
     regimes = [r for r, _ in samplers]
     if len(set(regimes)) != len(regimes):
         raise ValueError(f"the sampling control's caveat reads one dynamic sampler per regime, got {samplers}")
-    for regime, method in samplers if row is not None else ():
+    for regime, method in samplers:
         by_seed = field[(regime, method)]
         dapo: dict[int, RunRef] = {}
         for seed, ref in by_seed.items():
