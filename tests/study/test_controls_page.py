@@ -20,6 +20,7 @@ from dynashape.study.controls_runs import ControlsError
 from dynashape.study.evaluation_check import EvaluationMismatchError
 from dynashape.study.pages import write_page
 from dynashape.study.results_page import NOTES_BEGIN, NOTES_END
+from dynashape.study.roles import roles_of
 
 REPO = Path(__file__).resolve().parents[2]
 SEEDS = (5, 6, 7)
@@ -75,7 +76,7 @@ def _write_run(run_dir: Path, method: str, regime: str, i: int, seed: int) -> No
     (run_dir / "eval.json").write_text(json.dumps(ev))
     eval_section = {k: list(v) if isinstance(v, tuple) else v for k, v in COMPARISON_PLAN["v2"].eval.items()}
     config = {
-        "train": {"method": method, "regime": regime, "seed": seed, "max_new_tokens": BUDGET[regime]},
+        "train": {"method": method, "shaper": method, "regime": regime, "seed": seed, "max_new_tokens": BUDGET[regime]},
         "eval": {**eval_section, "seed": 6234 + 1000 * seed},
     }
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
@@ -129,7 +130,7 @@ def no_plots(monkeypatch):
     """Tables only, for the tests that read numbers (the plots have their own test): seconds saved."""
     from dynashape.study import controls_plots
 
-    monkeypatch.setattr(controls_plots, "plot_controls", lambda results, folder, rows=(): [])
+    monkeypatch.setattr(controls_plots, "plot_controls", lambda results, folder, rows=(), roles=None: [])
 
 
 def _head(data: bytes) -> bytes:
@@ -344,18 +345,24 @@ def test_a_field_compare_names_the_page_command_and_a_refusal_does_not_fail_its_
 
 
 def test_the_trajectory_names_are_the_ones_the_shapers_log():
-    """TRAJECTORIES reads metrics.jsonl by name: each controller's shaper, at the field table's values, logs them."""
+    """A run's trajectory is read from metrics.jsonl by the keys its shaper declares (``trajectory_keys``): each
+    controller's shaper, at the field table's values, logs them."""
     import torch
 
     from dynashape import RolloutBatch, get_shaper
-    from dynashape.study.controls_results import TRAJECTORIES
+    from dynashape.shapers import shaper_trajectory
+    from dynashape.study.controls_results import TRAJECTORIES, trajectory_keys
     from dynashape.train.field_presets import field_table
 
     batch = RolloutBatch(group_ids=torch.tensor([0, 0, 1, 1]), correct=torch.tensor([1, 0, 1, 1]),
                          lengths=torch.tensor([30, 90, 20, 60]), budgets=torch.tensor([50, 50, 50, 50]),
                          truncated=torch.tensor([0, 1, 0, 0]), formatted=torch.tensor([1, 0, 1, 1]))  # fmt: skip
     table = field_table(101)
-    for method, names in TRAJECTORIES.items():
+    controllers = [m for m in (*table, "lead") if shaper_trajectory(table.get(m, {"shaper": m})["shaper"])]
+    assert controllers == ["thinkprune", "laser_d", "adlp", "aalc", "lead"] and len(TRAJECTORIES) == 5
+    for method in controllers:
+        names = trajectory_keys({"config": {"train": {"shaper": method}}})  # type: ignore[typeddict-item]
+        assert TRAJECTORIES[method] == names  # the built-in declarations, by shaper
         kwargs = {"b_max": 101, "l_min": 25} if method == "lead" else table[method]["shaper_kwargs"]
         shaper = get_shaper(method, **kwargs)
         if method == "aalc":  # alpha_t is logged once a validation accuracy is known
@@ -368,14 +375,19 @@ def test_the_thirteen_styles_are_distinct_and_a_method_keeps_its_own_in_every_re
     from dynashape.study.controls_plots import CONTROL_STYLES, _styles
     from dynashape.train.field_presets import FIELD_METHODS
 
+    controls = {"methods": ["grpo", "lead"]}  # the field study's controls.rows, in order
     only_two = _styles(
-        {"summary": [{"method": "laser", "source": "field"}, {"method": "saw", "source": "field"}]}, FIELD_METHODS
+        {"summary": [{"method": "laser", "source": "field"}, {"method": "saw", "source": "field"}],
+         "controls": controls}, FIELD_METHODS,
+    )  # fmt: skip
+    styles = _styles(
+        {"summary": [{"method": m, "source": "field"} for m in FIELD_METHODS], "controls": controls}, FIELD_METHODS
     )
-    styles = _styles({"summary": [{"method": m, "source": "field"} for m in FIELD_METHODS]}, FIELD_METHODS)
     assert only_two == styles  # the same style whichever methods a regime has finished
     field_colours = {styles[m]["color"] for m in FIELD_METHODS}
     assert len(field_colours) == len(FIELD_METHODS) == 11  # no two field methods share a colour
-    assert not field_colours & {s["color"] for s in CONTROL_STYLES.values()}
+    assert not field_colours & {s["color"] for s in CONTROL_STYLES}
+    assert styles["grpo"] == CONTROL_STYLES[0] and styles["lead"] == CONTROL_STYLES[1]  # by their order
     assert len({(s["color"], s["marker"]) for s in styles.values()}) == 14  # 11 + grpo, lead, base
 
 
@@ -446,6 +458,7 @@ def test_this_worlds_cell_prints_the_paired_differences_against_grpo_by_hand():
 
     results = {
         "summary": [{"regime": "loose"}, {"regime": "tight"}],
+        "caveats": {"holm": {"versus": "grpo"}},  # the page's control, the reference of its Holm family
         "differences": [
             _paired("tight", "laser", "grpo", "accuracy", -0.0183, -0.04249, 0.0061, 5),
             _paired("tight", "laser", "grpo", "mean_length", -0.64, -4.44, 3.06, 5),
@@ -577,7 +590,7 @@ def test_the_zoom_panel_holds_the_rows_near_grpos_accuracy_and_only_when_a_row_l
     results = build_controls_results(field, COMPARISON_PLAN["field"])
     styles = _styles(results)
     fig, ax = plt.subplots()
-    assert _zoom(ax, results, "tight", styles)
+    assert _zoom(ax, results, "tight", styles, roles_of(COMPARISON_PLAN["field"]))
     drawn = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     means = sorted(round(float(c.lines[0].get_ydata()[0]), 4) for c in drawn)
     assert means == [0.6833, 0.6967, 0.7067, 0.72]  # laser_d, grpo, lead, adlp: l1_exact (0.61) left out
@@ -587,7 +600,7 @@ def test_the_zoom_panel_holds_the_rows_near_grpos_accuracy_and_only_when_a_row_l
     l1 = next(r for r in results["summary"] if (r["regime"], r["method"]) == ("tight", "l1_exact"))
     l1["accuracy"]["mean"] = 0.70  # now every row is near GRPO: the full panel says it all
     fig, ax = plt.subplots()
-    assert not _zoom(ax, results, "tight", styles)
+    assert not _zoom(ax, results, "tight", styles, roles_of(COMPARISON_PLAN["field"]))
     plt.close(fig)
 
 

@@ -6,28 +6,35 @@ Importing this package registers the built-in shapers: every method a chain of p
 """
 
 from dynashape.shapers import meds, recipes
-from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds
+from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds, Trajectory
 from dynashape.shapers.recipe import recipe
 from dynashape.shapers.registry import (
     available_shapers,
     check_shaper_params,
     config_class,
+    display_name,
     get_shaper,
+    reference_shaper,
     register_shaper,
     shaper_class,
     shaper_needs,
+    shaper_trajectory,
 )
 
 __all__ = [
     "Shaped",
     "Shaper",
     "ShaperNeeds",
+    "Trajectory",
     "available_shapers",
     "check_shaper_params",
     "config_class",
+    "display_name",
     "get_shaper",
     "recipe",
+    "reference_shaper",
     "register_shaper",
     "shaper_class",
     "shaper_needs",
+    "shaper_trajectory",
 ]

@@ -11,7 +11,7 @@ import torch
 
 from dynashape.core.batch import RolloutBatch
 
-__all__ = ["REWARD_CHANNELS", "Shaped", "Shaper", "ShaperNeeds"]
+__all__ = ["REWARD_CHANNELS", "Shaped", "Shaper", "ShaperNeeds", "Trajectory"]
 
 RewardChannels = Literal["refused", "optional", "required"]
 REWARD_CHANNELS: tuple[str, ...] = ("refused", "optional", "required")
@@ -70,6 +70,27 @@ class ShaperNeeds:
             raise ValueError(f"reward_channels must be one of {REWARD_CHANNELS}, got {self.reward_channels!r}")
 
 
+@dataclass(frozen=True, kw_only=True)
+class Trajectory:
+    """The controller state a shaper logs to its ``Shaped.metrics`` every step: what a study plots over training
+    and reads at the horizon (``Shaper.trajectory``), declared by the method so that no page keeps a list of
+    methods and their keys.
+
+    Example: A-DLP's ``Trajectory(keys=("adlp/lambda",), title="length weight lambda")``.
+    """
+
+    keys: tuple[str, ...]
+    """The metric keys, each in the shaper's namespace (``<name>/...``): ``register_shaper`` checks it."""
+    title: str
+    """What the keys are, in a few words (a plot's title after the method's display name)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.keys, tuple) or not self.keys or not all(isinstance(k, str) and k for k in self.keys):
+            raise ValueError(f"Trajectory.keys must be a non-empty tuple of metric keys, got {self.keys!r}")
+        if not isinstance(self.title, str) or not self.title:
+            raise ValueError(f"Trajectory.title must be non-empty text, got {self.title!r}")
+
+
 @dataclass(frozen=True)
 class Shaped:
     """What a shaper returns.
@@ -108,6 +129,13 @@ class Shaper(ABC):
     name: ClassVar[str] = ""
     config_cls: ClassVar[type]
     needs: ClassVar[ShaperNeeds] = ShaperNeeds()
+    display_name: ClassVar[str] = ""
+    """How a page names the method ("A-DLP"); empty: its registry name."""
+    trajectory: ClassVar[Trajectory | None] = None
+    """The controller state it logs every step, for a study's plots over training; None: no controller."""
+    reference: ClassVar[bool] = False
+    """The library's reference method (GRPO: correctness, group-normalised, no length term): the row a study
+    compares every other with when its file names no control. Exactly one registered shaper is."""
 
     def __init__(self, config: Any = None) -> None:
         if config is None:

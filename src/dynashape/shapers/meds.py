@@ -251,6 +251,8 @@ class MedsShaper(Shaper):
     Only targeted banks are stored (the official code also fills the untargeted bank, which never affects a
     penalty). A whole class, not a recipe: the memory is no part's plain-value state (the module docstring)."""
 
+    display_name = "MEDS"
+
     config_cls = MedsConfig
     needs = ShaperNeeds(fingerprints=True, prompt_keys=True, reward_channels="optional")
 
@@ -310,6 +312,8 @@ class LeadMedsShaper(Shaper):
     decoupled normalisation (the ``lead`` recipe's chain after its Correctness part); target lengths and the
     efficiency mask still use the verifier's verdict. State: LEAD's controller and the error memory. A whole class,
     not a recipe: the memory is no part's plain-value state (the module docstring)."""
+
+    display_name = "LEAD-MEDS"
 
     config_cls = LeadMedsConfig
     needs = ShaperNeeds(fingerprints=True, prompt_keys=True, reward_channels="optional")

@@ -53,7 +53,7 @@ from dynashape.methods.pass_rate import PassRateLinearConfig
 from dynashape.methods.saw import SawConfig
 from dynashape.methods.shorterbetter import ShorterBetterConfig
 from dynashape.methods.thinkprune import ThinkPruneConfig
-from dynashape.shapers.base import ShaperNeeds
+from dynashape.shapers.base import ShaperNeeds, Trajectory
 from dynashape.shapers.parts import (
     AalcReward,
     AdvantageAbsMean,
@@ -97,9 +97,18 @@ from dynashape.shapers.recipe import recipe
 
 OPTIONAL_REWARDS = ShaperNeeds(reward_channels="optional")
 
+# The controllers' state each logs every step (Shaper.trajectory), what a study plots over training.
+LEAD_WEIGHT = Trajectory(keys=("lead/lambda_l",), title="efficiency weight lambda_l")  # lambda_c = 1 - lambda_l
+THINKPRUNE_CAP = Trajectory(keys=("thinkprune/max_length",), title="length cap")  # ScheduledCap: the cap in force
+LASER_D_TARGETS = Trajectory(  # the grid lengths per difficulty (or the longest); low: groups below 1/3 accuracy
+    keys=("laser_d/target_low", "laser_d/target_medium", "laser_d/target_high"), title="targets; low = hardest groups"
+)
+ADLP_WEIGHT = Trajectory(keys=("adlp/lambda",), title="length weight lambda")  # DualAscent: the weight used that step
+AALC_ALPHA = Trajectory(keys=("aalc/alpha",), title="alpha_t")  # logged once a validation accuracy is known
+
 
 # ------------------------------------------------------------------------------------------ the GRPO family
-@recipe("grpo", config=GrpoConfig, needs=OPTIONAL_REWARDS)
+@recipe("grpo", config=GrpoConfig, needs=OPTIONAL_REWARDS, display="GRPO", reference=True)
 def grpo(*, std: str, eps: float) -> Chain:
     """GRPO (DeepSeekMath, arXiv 2402.03300): (r - mean_q r) / (std_q r + eps) of one scalar reward:
     rewards[:, 0] if given (K must be 1), else correctness as 0/1; std="none" centres only (Dr. GRPO)."""
@@ -118,7 +127,7 @@ def grpo_length(*, mode: str, threshold: float, weights: tuple[float, float], ep
     )
 
 
-@recipe("gdpo", config=GdpoConfig, needs=ShaperNeeds(reward_channels="required"))
+@recipe("gdpo", config=GdpoConfig, needs=ShaperNeeds(reward_channels="required"), display="GDPO")
 def gdpo(*, weights: tuple[float, ...] | None, whiten: str, eps: float) -> Chain:
     """GDPO (NVlabs, arXiv 2601.05242): GRPO-normalise each reward column on its own, weighted sum, whiten."""
     return Chain(
@@ -130,7 +139,7 @@ def gdpo(*, weights: tuple[float, ...] | None, whiten: str, eps: float) -> Chain
     )
 
 
-@recipe("shorterbetter", config=ShorterBetterConfig)
+@recipe("shorterbetter", config=ShorterBetterConfig, display="ShorterBetter")
 def shorterbetter(*, alpha: float, beta: float, eps: float) -> Chain:
     """ShorterBetter (arXiv 2504.21370): SOL_q = shortest correct length of the group, or the group's mean
     length when none is correct; r = alpha c - beta |l - SOL_q|; GRPO normalisation."""
@@ -143,7 +152,7 @@ def shorterbetter(*, alpha: float, beta: float, eps: float) -> Chain:
 
 
 # ----------------------------------------------------------------------------------------------------- LEAD
-@recipe("lead", config=LeadConfig, needs=OPTIONAL_REWARDS)
+@recipe("lead", config=LeadConfig, needs=OPTIONAL_REWARDS, display="LEAD", trajectory=LEAD_WEIGHT)
 def lead(
     *,
     l_min: float,
@@ -235,7 +244,7 @@ def length_zscore(*, alpha: float, wrong_reward: float, z_eps: float, std: str, 
 
 
 # ----------------------------------------------------------------------------- the field's length methods
-@recipe("l1_exact", config=L1ExactConfig, needs=ShaperNeeds(budgets=True))
+@recipe("l1_exact", config=L1ExactConfig, needs=ShaperNeeds(budgets=True), display="L1-Exact")
 def l1_exact(*, alpha: float) -> Chain:
     """L1 / LCPO-Exact (arXiv 2503.04697; cmu-l3/l1 `math_reward.py`): r = c - alpha |n_gold - n_y|, then GRPO.
     Reads each rollout's budget n_gold (``batch.budgets``)."""
@@ -247,14 +256,14 @@ def l1_exact(*, alpha: float) -> Chain:
     )
 
 
-@recipe("l1_max", config=L1MaxConfig, needs=ShaperNeeds(budgets=True))
+@recipe("l1_max", config=L1MaxConfig, needs=ShaperNeeds(budgets=True), display="L1-Max")
 def l1_max(*, alpha: float, delta: float, form: str) -> Chain:
     """L1 / LCPO-Max (arXiv 2503.04697; cmu-l3/l1 `math_reward.py`): r = c clip(delta + (alpha / 2)(n_gold -
     n_y), 0, 1) (the code's `get_delta_score_linear_both`; form="paper" gives the paper's slope alpha), then GRPO."""
     return Chain(L1MaxScore(alpha, delta, form, "l1_max"), GroupNormalise(namespace="l1_max"))
 
 
-@recipe("thinkprune", config=ThinkPruneConfig)
+@recipe("thinkprune", config=ThinkPruneConfig, display="ThinkPrune", trajectory=THINKPRUNE_CAP)
 def thinkprune(*, max_length: int, schedule: tuple[tuple[int, int], ...]) -> Chain:
     """ThinkPrune (arXiv 2504.01296): r = 1[correct and l <= L_t], L_t = max_length, then each schedule pair's
     cap from its step on (the paper's rounds inside one run), then GRPO. State: the number of steps shaped."""
@@ -262,7 +271,7 @@ def thinkprune(*, max_length: int, schedule: tuple[tuple[int, int], ...]) -> Cha
     return Chain(cap, GroupNormalise(namespace="thinkprune"))
 
 
-@recipe("laser", config=LaserConfig, needs=ShaperNeeds(formatted=True))
+@recipe("laser", config=LaserConfig, needs=ShaperNeeds(formatted=True), display="LASER")
 def laser(*, alpha: float, target_length: int, base: str) -> Chain:
     """LASER (arXiv 2505.15612; hkust-nlp/Laser@c9e7c4ef `length_penalty.py`, `hf_math_verifier.py`):
     r = s + alpha 1[s = 1 and l <= L_T], s the official base score 1 correct / -0.5 wrong / -1 unformatted
@@ -270,7 +279,13 @@ def laser(*, alpha: float, target_length: int, base: str) -> Chain:
     return Chain(LaserBonus(alpha, target_length, base, "laser"), GroupNormalise(namespace="laser"))
 
 
-@recipe("laser_d", config=LaserDConfig, needs=ShaperNeeds(monitor_rollouts=True, formatted=True))
+@recipe(
+    "laser_d",
+    config=LaserDConfig,
+    needs=ShaperNeeds(monitor_rollouts=True, formatted=True),
+    display="LASER-D",
+    trajectory=LASER_D_TARGETS,
+)
 def laser_d(
     *,
     alpha: float,
@@ -300,7 +315,7 @@ def laser_d(
     return Chain(LaserDBonus(config, "laser_d"), GroupNormalise(namespace="laser_d"))
 
 
-@recipe("dler", config=DlerConfig, needs=ShaperNeeds(truncated=True), own_penalties=("stop_properly",))
+@recipe("dler", config=DlerConfig, needs=ShaperNeeds(truncated=True), own_penalties=("stop_properly",), display="DLER")
 def dler(*, max_length: int, whiten: str, eps: float, stop_properly_coef: float | None, correct_boost: float) -> Chain:
     """DLER (arXiv 2510.15110; NVlabs/DLER@ea7d4f7b, verl-dler `core_algos.py` and the dapo reward manager):
     r = 1[correct and l <= L], times 0.1 where the response was truncated (``batch.truncated``, the official
@@ -317,13 +332,13 @@ def dler(*, max_length: int, whiten: str, eps: float, stop_properly_coef: float 
     return Chain(*parts)
 
 
-@recipe("alp", config=AlpConfig)
+@recipe("alp", config=AlpConfig, display="ALP")
 def alp(*, beta: float) -> Chain:
     """ALP (arXiv 2506.05256; no official code found): r = c - beta |y| max(p_solved, 1/K), then GRPO."""
     return Chain(SolveRateLength(beta), GroupNormalise(namespace="alp"))
 
 
-@recipe("adlp", config=AdlpConfig)
+@recipe("adlp", config=AdlpConfig, display="A-DLP", trajectory=ADLP_WEIGHT)
 def adlp(*, lambda0: float, eta: float, acc_ref: float) -> Chain:
     """A-DLP (arXiv 2505.18298; JinyanSu1/A-DLP `ray_trainer.py`): r = c - lambda_t l, then GRPO;
     lambda_{t+1} = max(0, lambda_t + eta (batch accuracy - acc_ref)). State: lambda (checkpointed, where the
@@ -333,7 +348,7 @@ def adlp(*, lambda0: float, eta: float, acc_ref: float) -> Chain:
     )
 
 
-@recipe("aalc", config=AalcConfig, needs=ShaperNeeds(validation_accuracy=True))
+@recipe("aalc", config=AalcConfig, needs=ShaperNeeds(validation_accuracy=True), display="AALC", trajectory=AALC_ALPHA)
 def aalc(*, beta: float, c: float, l_max: float, a_target: float, precision: str) -> Chain:
     """AALC (arXiv 2506.20160; du-nlp-lab/AALC `length_reward.py`): r = alpha_t c + c_len R_len with
     a = min(1, A_val / A_target), alpha_t = 0.9 + 0.1 (1 - a), R_len = 1 - min(a^beta, min(1, l / l_max)); then
@@ -345,7 +360,7 @@ def aalc(*, beta: float, c: float, l_max: float, a_target: float, precision: str
     return Chain(AalcReward(config, "aalc"), normalise)
 
 
-@recipe("saw", config=SawConfig, needs=OPTIONAL_REWARDS)
+@recipe("saw", config=SawConfig, needs=OPTIONAL_REWARDS, display="SAW")
 def saw(
     *,
     mode: str,
@@ -370,7 +385,7 @@ def saw(
     return Chain(*head, DecoupledNormalise(grpo_eps, order="matmul"), BatchWhiten("token", whiten_eps))
 
 
-@recipe("gfpo", config=GfpoConfig, needs=ShaperNeeds(drops_rows=True, reward_channels="optional"))
+@recipe("gfpo", config=GfpoConfig, needs=ShaperNeeds(drops_rows=True, reward_channels="optional"), display="GFPO")
 def gfpo(*, keep: int, by: str, eps: float, adaptive_keep: tuple[int, int, int, int] | None, history: int) -> Chain:
     """GFPO (arXiv 2508.09726; trl `experimental/gfpo`): keep the k best rollouts of each group (shortest, or
     highest reward per token; adaptive k per difficulty quartile), A = (r - mean_S) / (std_S + eps) on the kept

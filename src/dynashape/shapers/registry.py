@@ -5,9 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from dynashape.shapers.base import Shaper, ShaperNeeds
+from dynashape.shapers.base import Shaper, ShaperNeeds, Trajectory
 
-__all__ = ["available_shapers", "config_class", "get_shaper", "register_shaper", "shaper_class", "shaper_needs"]
+__all__ = [
+    "available_shapers",
+    "config_class",
+    "display_name",
+    "get_shaper",
+    "reference_shaper",
+    "register_shaper",
+    "shaper_class",
+    "shaper_needs",
+    "shaper_trajectory",
+]
 
 _REGISTRY: dict[str, type[Shaper]] = {}
 S = TypeVar("S", bound=type[Shaper])
@@ -23,6 +33,7 @@ def register_shaper(name: str) -> Callable[[S], S]:
             raise TypeError(f"register_shaper({name!r}) decorates Shaper subclasses, got {cls!r}")
         if not isinstance(cls.needs, ShaperNeeds):
             raise TypeError(f"{cls.__qualname__}.needs must be a ShaperNeeds, got {cls.needs!r}")
+        _check_declarations(name, cls)
         taken = _REGISTRY.get(name)
         if taken is not None and taken is not cls:
             raise ValueError(f"shaper name {name!r} is already registered to {taken.__qualname__}")
@@ -31,6 +42,25 @@ def register_shaper(name: str) -> Callable[[S], S]:
         return cls
 
     return decorate
+
+
+def _check_declarations(name: str, cls: type[Shaper]) -> None:
+    """Refuse a display name that is not text, a trajectory outside the shaper's metric namespace (``<name>/``,
+    where its metrics are logged) and a second reference method, each error naming the shaper and the value."""
+    if not isinstance(cls.display_name, str):
+        raise TypeError(f"shaper {name!r}: display_name must be text, got {cls.display_name!r}")
+    trajectory = cls.trajectory
+    if trajectory is not None:
+        if not isinstance(trajectory, Trajectory):
+            raise TypeError(f"shaper {name!r}: trajectory must be a Trajectory, got {trajectory!r}")
+        outside = [k for k in trajectory.keys if not k.startswith(f"{name}/")]
+        if outside:
+            raise ValueError(f"shaper {name!r}: trajectory key {outside[0]!r} is not in its namespace {name + '/'!r}")
+    if not isinstance(cls.reference, bool):
+        raise TypeError(f"shaper {name!r}: reference must be true or false, got {cls.reference!r}")
+    other = [n for n, c in _REGISTRY.items() if c.reference and n != name]
+    if cls.reference and other:
+        raise ValueError(f"shaper {name!r} cannot be the reference method: {other[0]!r} already is")
 
 
 def _lookup(name: str) -> type[Shaper]:
@@ -93,3 +123,21 @@ def shaper_needs(name: str) -> ShaperNeeds:
 
 def available_shapers() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def display_name(name: str) -> str:
+    """How a page names shaper ``name`` (its declared ``display_name``, else the registry name)."""
+    return _lookup(name).display_name or name
+
+
+def shaper_trajectory(name: str) -> Trajectory | None:
+    """The controller state shaper ``name`` logs every step (``Shaper.trajectory``); None: it has no controller."""
+    return _lookup(name).trajectory
+
+
+def reference_shaper() -> str:
+    """The registry name of the reference method (``Shaper.reference``): a study's control where it names none."""
+    found = [n for n, c in _REGISTRY.items() if c.reference]
+    if not found:
+        raise ValueError("no registered shaper is the reference method (Shaper.reference)")
+    return found[0]

@@ -1,7 +1,13 @@
 """What the field page's points can and cannot say, computed from the runs' files (results-field.json's
-``caveats``): the multiplicity-adjusted p of the page's accuracy and length differences against GRPO, the
-generation each method spent per step, AALC's training beside GRPO's, A-DLP's controller at the horizon, L1's
-instrument, and which rows ran a method's earlier form.
+``caveats``): the multiplicity-adjusted p of the page's accuracy and length differences against the study's
+control, the generation each method spent per step, the methods that sample dynamically beside the controls'
+sampling control, the training of a method whose length term waits on held-out accuracy beside the control's, a
+controller at the horizon, the instrument of the methods that read budget prompts, and which rows ran a method's
+earlier form.
+
+Which rows each caveat reads comes from declarations, never from a method's name: the study's roles
+(``roles.StudyRoles``: the control, the sampling control, the horizon's trajectory), each run's config.yaml
+(``dynamic_sampling``, its shaper) and that shaper's needs (``budgets``, ``validation_accuracy``).
 
 Every figure is a function of the runs (config.yaml, metrics.jsonl, eval.json, history.jsonl) and of the page's own
 numbers; nothing is typed in by hand. Descriptive: the Holm step-down is reported to show how much of the page
@@ -16,43 +22,38 @@ from pathlib import Path
 from typing import Any
 
 from dynashape.io import state
+from dynashape.shapers import available_shapers, shaper_needs
 from dynashape.study.controls_runs import Rows, RunRef, _paired_keys, history, read_jsonl, run_ref
 from dynashape.study.decide import assess_part, holm
+from dynashape.study.roles import StudyRoles
 from dynashape.study.stats import paired_values, t_interval
-from dynashape.train.field_presets import _AS_COMPARED  # the earlier forms the committed rows trained
+from dynashape.train.field_presets import EARLIER_FORMS  # the earlier forms the committed rows trained
 
-__all__ = ["EARLIER_FORMS", "HOLM_FAMILY", "add_holm", "caveats"]
+__all__ = ["HOLM_FAMILY", "add_holm", "caveats", "reads"]
 
 HOLM_FAMILY: tuple[str, ...] = ("accuracy", "mean_length")
-"""The page's family for Holm's step-down: every field method's accuracy and mean-length difference against GRPO,
-in every regime (11 methods x 2 regimes x 2 measures = 44 intervals on the full page)."""
+"""The page's family for Holm's step-down: every field method's accuracy and mean-length difference against the
+control, in every regime (11 methods x 2 regimes x 2 measures = 44 intervals on the field page)."""
 ROLLOUT_KEYS: tuple[str, ...] = ("accuracy", "length", "truncated_frac")
 """The metrics.jsonl keys (and their per-difficulty forms) that describe a step's training rollouts."""
-SAMPLING_CONTROL = "dapo"
-"""The follow-up's row that samples as DLER does (dynamic sampling) without a length term."""
-
-EARLIER_FORMS: Mapping[str, tuple[Mapping[str, Any], str, str]] = {
-    # method -> (shaper_kwargs the committed rows ran, absent keys counting as these: the runs' code predates
-    # them; what that form is; what the shaper's default is now, docs/field-methods.md)
-    "laser": (_AS_COMPARED["laser"], "the paper's 0/1 base score",
-              "the official code's 1 / -0.5 / -1 with its format check"),
-    "laser_d": (_AS_COMPARED["laser_d"], "the paper's 0/1 base score",
-                "the official code's 1 / -0.5 / -1 with its format check"),
-    "dler": (_AS_COMPARED["dler"], "the form without the 0.1 multiplier on a cut response and the advantage boost",
-             "the official run's multiplier 0.1 and boost 0.1"),
-    "aalc": (_AS_COMPARED["aalc"], "the reward in float64 (the formula unrounded)",
-             "the official float32 arithmetic"),
-    "saw": ({"correctness_column": None}, "the 0/1 verdict as channel 0 (the documented fallback; this world has no "
-            "graded correctness)", "ToolRL's graded correctness in [-3, 3] when a batch carries it"),
-    "gfpo": ({}, "the earlier tie handling, the earlier row kept among equal lengths (no config key records it)",
-             "torch.topk's kept set, ties included"),
-}  # fmt: skip
 
 
-def add_holm(differences: list[dict[str, Any]]) -> int:
+def reads(ref: RunRef, need: str) -> bool:
+    """Whether the shaper a run trained (its config.yaml's ``train.shaper``) declares ``need`` (``ShaperNeeds``:
+    ``budgets``, ``validation_accuracy``, ...); False for a shaper no longer registered."""
+    shaper = (ref["config"].get("train") or {}).get("shaper")
+    return shaper in available_shapers() and bool(getattr(shaper_needs(shaper), need))
+
+
+def _samples_dynamically(ref: RunRef) -> bool:
+    return bool((ref["config"].get("train") or {}).get("dynamic_sampling"))
+
+
+def add_holm(differences: list[dict[str, Any]], control: str) -> int:
     """Add ``p`` (two-sided paired t-test of a zero mean, ``decide.assess_part``) and ``p_holm`` (Holm's step-down
-    over the family ``HOLM_FAMILY`` against GRPO) to each difference of the family, in place; returns its size."""
-    family = [d for d in differences if d["versus"] == "grpo" and d["metric"] in HOLM_FAMILY]
+    over the family ``HOLM_FAMILY`` against the row ``control``) to each difference of the family, in place; returns
+    its size."""
+    family = [d for d in differences if d["versus"] == control and d["metric"] in HOLM_FAMILY]
     if not family:
         return 0
     p = [assess_part(d["differences"], 0.0, min_seeds=2).p_value for d in family]  # any n a t-interval has
@@ -90,12 +91,12 @@ def _tight_first(item: tuple[tuple[str, str], Any]) -> tuple[bool, str, str]:
     return regime != "tight", regime, method
 
 
-def _compute(field: Rows, controls: Rows) -> dict[str, Any]:
-    """Per regime and method, the generation per step against GRPO's at the same seed (a ratio per seed), for
-    every method whose ratio is not 1; how many runs record the tokens they generated."""
+def _compute(field: Rows, controls: Rows, control: str) -> dict[str, Any]:
+    """Per regime and method, the generation per step against the row ``control``'s at the same seed (a ratio per
+    seed), for every method whose ratio is not 1; how many runs record the tokens they generated."""
     out: dict[str, Any] = {"methods": [], "runs": 0, "runs_with_tokens": 0}
     for (regime, method), by_seed in sorted({**field, **controls}.items(), key=_tight_first):
-        grpo = controls.get((regime, "grpo"), {})
+        grpo = controls.get((regime, control), {})
         ratios, rounds, group = [], [], set()
         for seed, ref in sorted(by_seed.items()):
             mine = _generation(ref)
@@ -114,17 +115,24 @@ def _compute(field: Rows, controls: Rows) -> dict[str, Any]:
     return out
 
 
-def _sampling_control(field: Rows, controls_dir: Path) -> list[dict[str, Any]]:
-    """DLER minus the follow-up's ``dapo`` row (the same dynamic sampling, no length term) at each seed where both
-    ran and are paired (evaluation, training seed, budget, base): accuracy and length, with DAPO's own rounds and
-    its difference from GRPO."""
-    out = []
-    for (regime, method), by_seed in sorted(field.items()):
-        if method != "dler":
-            continue
+def _sampling_control(field: Rows, controls_dir: Path, row: str | None) -> list[dict[str, Any]]:
+    """Each method whose runs sample dynamically (config.yaml's ``dynamic_sampling``) minus the controls' row
+    ``row`` (the same dynamic sampling, no length term; None: no such caveat) at each seed where both ran and are
+    paired (evaluation, training seed, budget, base): accuracy and length, with the row's own rounds, under the
+    row's name. One such method per regime: the entries name their regime, not their method (the committed JSON's
+    schema)."""
+    out: list[dict[str, Any]] = []
+    if row is None:
+        return out
+    samplers = [(r, m) for (r, m), by_seed in sorted(field.items()) if any(map(_samples_dynamically, by_seed.values()))]
+    regimes = [r for r, _ in samplers]
+    if len(set(regimes)) != len(regimes):
+        raise ValueError(f"the sampling control's caveat reads one dynamic sampler per regime, got {samplers}")
+    for regime, method in samplers:
+        by_seed = field[(regime, method)]
         dapo: dict[int, RunRef] = {}
         for seed, ref in by_seed.items():
-            path = controls_dir / f"runs/{regime}/{SAMPLING_CONTROL}-seed{seed}"
+            path = controls_dir / f"runs/{regime}/{row}-seed{seed}"
             if not (path / "eval.json").exists():
                 continue
             other = run_ref(path, state.read_json(path / "eval.json"))
@@ -135,7 +143,7 @@ def _sampling_control(field: Rows, controls_dir: Path) -> list[dict[str, Any]]:
             continue
         entry: dict[str, Any] = {"regime": regime, "seeds": sorted(dapo), "folder": str(controls_dir)}
         train = dapo[min(dapo)]["config"].get("train") or {}
-        entry["dapo"] = {"dynamic_sampling": train.get("dynamic_sampling"),
+        entry[row] = {"dynamic_sampling": train.get("dynamic_sampling"),
                          "reward_columns": list(train.get("reward_columns") or []),
                          "rounds": _summary([g["rounds"] for g in map(_generation, dapo.values()) if g])}  # fmt: skip
         for metric, key in (("accuracy", "accuracy"), ("mean_length", "mean_length")):
@@ -160,28 +168,32 @@ def _same_rollouts(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]
     return None
 
 
-def _aalc(field: Rows, controls: Rows) -> list[dict[str, Any]]:
-    """Per regime, the AALC runs whose training rollouts equal GRPO's at the same seed at every step."""
-    out = []
+def _gated(field: Rows, controls: Rows, control: str) -> dict[str, list[dict[str, Any]]]:
+    """Per method whose length term waits on held-out accuracy (its shaper reads ``validation_accuracy``, AALC) and
+    regime: its runs whose training rollouts equal the row ``control``'s at the same seed at every step (where the
+    gate never opened, the method trained as the control), under the method's name."""
+    out: dict[str, list[dict[str, Any]]] = {}
     for (regime, method), by_seed in sorted(field.items(), key=_tight_first):
-        if method != "aalc":
+        if not any(reads(ref, "validation_accuracy") for ref in by_seed.values()):
             continue
-        grpo = controls.get((regime, "grpo"), {})
+        grpo = controls.get((regime, control), {})
         runs = {seed: _same_rollouts(_first_steps(ref), _first_steps(grpo[seed]))
                 for seed, ref in sorted(by_seed.items()) if seed in grpo}  # fmt: skip
         steps = max((len(_first_steps(ref)) for ref in by_seed.values()), default=0)
         c = ((by_seed[min(by_seed)]["config"].get("train") or {}).get("shaper_kwargs") or {}).get("c")
-        out.append({"regime": regime, "c": c, "steps": steps, "equal": [s for s, f in runs.items() if f is None],
-                    "first_difference": {s: f for s, f in runs.items() if f is not None}})  # fmt: skip
+        out.setdefault(method, []).append({
+            "regime": regime, "c": c, "steps": steps, "equal": [s for s, f in runs.items() if f is None],
+            "first_difference": {s: f for s, f in runs.items() if f is not None}})  # fmt: skip
     return out
 
 
-def _adlp(trajectories: Sequence[Mapping[str, Any]], tail: int = 5) -> list[dict[str, Any]]:
-    """Per regime, A-DLP's lambda (mean over seeds): the steps at which every seed's is 0, its last value and its
-    change over the last ``tail`` steps."""
+def _horizon(trajectories: Sequence[Mapping[str, Any]], metric: str, tail: int = 5) -> list[dict[str, Any]]:
+    """Per regime, the trajectory ``metric`` (mean over seeds; the study's ``roles.horizon``, A-DLP's lambda on the
+    field page): the steps at which every seed's is 0, its last value and its change over the last ``tail``
+    steps."""
     out = []
     for t in trajectories:
-        if t["metric"] != "adlp/lambda":
+        if t["metric"] != metric:
             continue
         zero = [s for s, m in zip(t["steps"], t["mean"]) if m <= 0.0]
         out.append({"regime": t["regime"], "zero_steps": zero, "first": t["mean"][0], "last": t["mean"][-1],
@@ -196,16 +208,17 @@ def _step_accuracy(ref: RunRef) -> float | None:
     return float(lines[0]["accuracy"]) if lines and "accuracy" in lines[0] else None
 
 
-def _l1(field: Rows, controls: Rows, results: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per regime and L1 form: its first training batch's accuracy (budget prompts) against GRPO's first batch at
-    the same seeds; its main row's accuracy (plain prompts) against the base's; the range of its mean lengths over
-    the fixed budgets (means over seeds) and the largest spread across budgets of any one run."""
+def _budget_readers(field: Rows, controls: Rows, results: Mapping[str, Any], control: str) -> list[dict[str, Any]]:
+    """Per regime and method that reads budget prompts (its shaper's ``budgets``: L1's forms): its first training
+    batch's accuracy (budget prompts) against the row ``control``'s first batch at the same seeds; its main row's
+    accuracy (plain prompts) against the base's; the range of its mean lengths over the fixed budgets (means over
+    seeds) and the largest spread across budgets of any one run."""
     out = []
     base = results["base"]
     for (regime, method), by_seed in sorted(field.items(), key=_tight_first):
-        if method not in ("l1_exact", "l1_max"):
+        if not any(reads(ref, "budgets") for ref in by_seed.values()):
             continue
-        grpo = controls.get((regime, "grpo"), {})
+        grpo = controls.get((regime, control), {})
         first = [a for a in map(_step_accuracy, by_seed.values()) if a is not None]
         grpo_first = [a for s in by_seed if s in grpo for a in [_step_accuracy(grpo[s])] if a is not None]
         spreads = []
@@ -254,10 +267,10 @@ def _forms(field: Rows) -> list[dict[str, Any]]:
     return out
 
 
-def _covering(results: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The methods shorter than GRPO (length interval below 0) whose accuracy interval covers 0, per regime, with
-    the interval's lower end: how much accuracy an interval that covers 0 still allows."""
-    grpo = {(d["regime"], d["method"], d["metric"]): d for d in results["differences"] if d["versus"] == "grpo"}
+def _covering(results: Mapping[str, Any], control: str) -> list[dict[str, Any]]:
+    """The methods shorter than the row ``control`` (length interval below 0) whose accuracy interval covers 0,
+    per regime, with the interval's lower end: how much accuracy an interval that covers 0 still allows."""
+    grpo = {(d["regime"], d["method"], d["metric"]): d for d in results["differences"] if d["versus"] == control}
     out = []
     for (regime, method, metric), d in sorted(grpo.items()):
         length = grpo.get((regime, method, "mean_length"))
@@ -269,26 +282,32 @@ def _covering(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def caveats(field: Rows, controls: Rows, controls_dir: Path, results: Mapping[str, Any]) -> dict[str, Any]:
+def caveats(
+    field: Rows, controls: Rows, controls_dir: Path, results: Mapping[str, Any], roles: StudyRoles
+) -> dict[str, Any]:
     """results-field.json's ``caveats`` (see the module docstring); ``results`` holds the page's numbers
-    (differences with their Holm p already added, trajectories, summary, base, runs)."""
+    (differences with their Holm p already added, trajectories, summary, base, runs); ``roles``: the study's. A
+    method gated on held-out accuracy has its entry under its name, the horizon's trajectory under its shaper's."""
     family = [d for d in results["differences"] if "p_holm" in d]
+    horizon = {}
+    if roles.horizon is not None:
+        horizon[roles.horizon.split("/", 1)[0]] = _horizon(results["trajectories"], roles.horizon)
     return {
         "holm": {
             "family": len(family),
             "measures": list(HOLM_FAMILY),
-            "versus": "grpo",
+            "versus": roles.control,
             "below_0.05": sorted(
                 ((d["regime"], d["method"], d["metric"]) for d in family if d["p_holm"] < 0.05),
                 key=lambda k: (k[0] != "tight", k[1], k[2]),
             ),
         },
-        "covering": _covering(results),
-        "compute": _compute(field, controls),
-        "sampling_control": _sampling_control(field, controls_dir),
-        "aalc": _aalc(field, controls),
-        "adlp": _adlp(results["trajectories"]),
-        "l1": _l1(field, controls, results),
+        "covering": _covering(results, roles.control),
+        "compute": _compute(field, controls, roles.control),
+        "sampling_control": _sampling_control(field, controls_dir, roles.sampling_control),
+        **_gated(field, controls, roles.control),
+        **horizon,
+        "l1": _budget_readers(field, controls, results, roles.control),
         "forms": _forms(field),
         "restarted": [
             {"run_dir": r["run_dir"], "restarts": r["restarts"], "commits": r["commits"]}

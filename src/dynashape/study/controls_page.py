@@ -12,6 +12,7 @@ from dynashape.study.caveats import HOLM_FAMILY
 from dynashape.study.caveats_page import caveat_lines
 from dynashape.study.controls_plots import ZOOM_ACCURACY  # matplotlib-free at import: it loads in plot_controls
 from dynashape.study.results_page import NOTES_BEGIN, NOTES_END, deviation_lines, fmt_clock
+from dynashape.study.roles import StudyRoles, roles_of
 
 __all__ = ["PLAN_BEGIN", "PLAN_END", "controls_markdown", "kept_head", "this_world_cell"]
 
@@ -83,11 +84,13 @@ def _cell(entry: Mapping[str, Any] | None, digits: int, sign: bool = False) -> s
     return text
 
 
-def this_world_cell(results: Mapping[str, Any], methods: Sequence[str], versus: str = "grpo") -> str:
+def this_world_cell(results: Mapping[str, Any], methods: Sequence[str], versus: str | None = None) -> str:
     """The chain world's figures for docs/algorithms.md's "which method when" table, beside each paper's headline:
-    per method and regime, its paired differences against ``versus`` in accuracy and mean length, mean [95 %
+    per method and regime, its paired differences against ``versus`` (None: the page's control, the reference of
+    its Holm family) in accuracy and mean length, mean [95 %
     t-interval] over the paired seeds, as the page's difference tables print them. Methods joined by ``<br>``
     (one table row can hold two, L1's forms or LASER and LASER-D); a method without runs says so."""
+    versus = versus or results["caveats"]["holm"]["versus"]
     parts = []
     for method in methods:
         cells = {(d["regime"], d["metric"]): d for d in results["differences"]
@@ -146,7 +149,7 @@ def _difference_lines(results: Mapping[str, Any], regime: str) -> list[str]:
         by_method: dict[str, dict[str, Mapping[str, Any]]] = {}
         for d in entries:
             by_method.setdefault(d["method"], {})[d["metric"]] = d
-        holm = any("p_holm" in d for d in entries)  # the family of Holm's step-down is against GRPO
+        holm = any("p_holm" in d for d in entries)  # the family of Holm's step-down is against the control
         lines += [
             f"### {regime}: field run minus {control} at the same seed, mean [95 % t-interval]",
             "",
@@ -223,7 +226,8 @@ def _provenance_lines(results: Mapping[str, Any], report: str, notes: str = "") 
         "",
         f"- Command: `{results.get('command') or 'n/a'}`; this page: `dynashape results {results['folder']} "
         f"--report {report}" + ("" if c["default"] else f" --controls {c['folder']}") + "`.",
-        f"- Controls: `grpo` and `lead` from `{c['folder']}/runs/<regime>/<method>-seed<s>`"
+        f"- Controls: {' and '.join(f'`{m}`' for m in c['methods'])} from "
+        f"`{c['folder']}/runs/<regime>/<method>-seed<s>`"
         + (
             f" (the default: the field folder's sibling `{Path(c['folder']).name}`)"
             if c["default"]
@@ -246,10 +250,17 @@ def _provenance_lines(results: Mapping[str, Any], report: str, notes: str = "") 
 
 
 def controls_markdown(
-    results: Mapping[str, Any], head: str, plots: Sequence[str] = (), report: str = "", notes: str = ""
+    results: Mapping[str, Any],
+    head: str,
+    plots: Sequence[str] = (),
+    roles: StudyRoles | None = None,
+    report: str = "",
+    notes: str = "",
 ) -> str:
     """The page: ``head`` (through the plan's end marker) verbatim, then everything from ``results``, with the
-    hand-written ``notes`` kept verbatim."""
+    hand-written ``notes`` kept verbatim; ``roles``: the study's (None: the defaults, ``roles.roles_of``)."""
+    roles = roles or roles_of(None)
+    versus = roles.label(roles.control)
     report = report or "docs/results-field.md"
     done, planned = results["finished_runs"], results.get("planned_runs")
     lines = [
@@ -265,20 +276,21 @@ def controls_markdown(
         lines += [f"Partial results: {done} of the {planned} planned field runs so far.", ""]
     elif not done:
         lines += ["No field run has finished yet.", ""]
-    lines += caveat_lines(results)
+    lines += caveat_lines(results, roles)
     lines += deviation_lines(results.get("evaluation"))
     lines += _notes_lines(notes)
     lines += ["## Rows", ""]
     for regime in _regimes(results):
         lines += _row_lines(results, regime)
-    lines += ["## Paired differences against GRPO and LEAD", ""]
+    against = " and ".join(roles.label(m) for m in results["controls"]["methods"])
+    lines += [f"## Paired differences against {against}", ""]
     paired = [p for p in plots if Path(p).stem.startswith("differences")]
     if paired:
-        lines += ["The comparison itself: each method minus GRPO at the same seed, accuracy and mean length, mean "
+        lines += [f"The comparison itself: each method minus {versus} at the same seed, accuracy and mean length, mean "
                   "over the paired seeds with its 95 % t-interval, per regime.", ""]  # fmt: skip
         lines += [f"![{Path(p).stem}]({p})" for p in paired] + [""]
     if any("p_holm" in d for d in results["differences"]):
-        lines += ["Holm p: Holm's step-down over the page's accuracy and length differences against GRPO (the "
+        lines += [f"Holm p: Holm's step-down over the page's accuracy and length differences against {versus} (the "
                   "family of every field method, both regimes), on each difference's two-sided paired t-test of a "
                   "zero mean; descriptive, as the section above says.", ""]  # fmt: skip
     for regime in _regimes(results):
@@ -288,7 +300,7 @@ def controls_markdown(
         lines += ["## Frontier", "", "Accuracy against mean length, each point's bars its 95 % t-interval over "
                   "seeds on both axes; each point is one strength of its method, not its frontier (the section on "
                   "what these points can say). Below, where rows lie far apart, the same zoomed on the rows within "
-                  f"{ZOOM_ACCURACY} accuracy of GRPO.", ""]  # fmt: skip
+                  f"{ZOOM_ACCURACY} accuracy of {versus}.", ""]  # fmt: skip
         lines += [f"![{Path(p).stem}]({p})" for p in frontier] + [""]
     lines += ["## The controllers over steps", ""]
     trajectories = [p for p in plots if Path(p).stem.startswith("controllers_")]

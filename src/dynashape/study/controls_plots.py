@@ -1,5 +1,7 @@
 """Plots of the field comparison (matplotlib, Agg; imported only when its page is written), readable at page width
-with 13 methods: per regime, the accuracy-length frontier and the controllers' trajectories over steps."""
+with 13 methods: per regime, the accuracy-length frontier and the controllers' trajectories over steps. The study's
+control (``roles.StudyRoles.control``) is the reference of the differences and the zoom; a controller's panel is
+titled by its method's declaration (display name and ``Trajectory.title``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dynashape.io import state
+from dynashape.shapers import available_shapers, display_name, shaper_trajectory
 from dynashape.study.results_plots import (
     FONT,
     MARKERS,
@@ -16,22 +19,26 @@ from dynashape.study.results_plots import (
     frontier_limits,
     legend_outside,
 )
+from dynashape.study.roles import StudyRoles, roles_of
 
-__all__ = ["CONTROL_STYLES", "plot_controls", "plot_differences"]
+__all__ = ["BASE_STYLE", "CONTROL_STYLES", "plot_controls", "plot_differences"]
 
-CONTROL_STYLES: Mapping[str, Mapping[str, Any]] = {
-    # the controls and the base in black and grey with large markers, apart from the field's 11 colours
-    "grpo": {"color": "black", "marker": "s", "markersize": 10, "markerfacecolor": "white", "markeredgewidth": 2},
-    "lead": {"color": "black", "marker": "*", "markersize": 15},
-    "base": {"color": "#555555", "marker": "X", "markersize": 11},
-}
-TITLES: Mapping[str, str] = {
-    "adlp": "A-DLP: length weight lambda",
-    "aalc": "AALC: alpha_t",
-    "laser_d": "LASER-D: targets; low = hardest groups",
-    "thinkprune": "ThinkPrune: length cap",
-    "lead": "LEAD: efficiency weight lambda_l",
-}
+CONTROL_STYLES: tuple[Mapping[str, Any], ...] = (
+    # the controls (in the study's controls.rows order) and the base in black and grey with large markers, apart
+    # from the field's 11 colours
+    {"color": "black", "marker": "s", "markersize": 10, "markerfacecolor": "white", "markeredgewidth": 2},
+    {"color": "black", "marker": "*", "markersize": 15},
+    {"color": "black", "marker": "D", "markersize": 9, "markerfacecolor": "white"},
+)
+BASE_STYLE: Mapping[str, Any] = {"color": "#555555", "marker": "X", "markersize": 11}
+
+
+def _title(metric: str) -> str:
+    """A controller panel's title: the display name of the method whose namespace ``metric`` is in and what its
+    declared trajectory is (``Trajectory.title``)."""
+    owner = metric.split("/", 1)[0]
+    trajectory = shaper_trajectory(owner) if owner in available_shapers() else None
+    return f"{display_name(owner)}: {trajectory.title}" if trajectory is not None else metric
 
 
 FIELD_COLOURS = tuple(c for c in PALETTE if c not in ("#7f7f7f", "#666666", "#1b1b1b"))
@@ -40,14 +47,18 @@ FIELD_COLOURS = tuple(c for c in PALETTE if c not in ("#7f7f7f", "#666666", "#1b
 
 def _styles(results: Mapping[str, Any], rows: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
     """A colour and a marker per studied row (never shared; from the sorted names of the plan's ``rows`` and those
-    with runs, so the same in every plot and regime of the page), the controls' and the base's own."""
+    with runs, so the same in every plot and regime of the page), the controls' (in their order) and the base's
+    own."""
     # every field method's style, whether or not it has finished runs: one method, one style in every regime
     field = sorted(set(rows) | {r["method"] for r in results["summary"] if r["source"] == "field"})
     styles = {
         m: {"color": FIELD_COLOURS[i % len(FIELD_COLOURS)], "marker": MARKERS[i % len(MARKERS)], "markersize": 8}
         for i, m in enumerate(field)
     }
-    return styles | {m: dict(s) for m, s in CONTROL_STYLES.items()}
+    controls = results["controls"]["methods"]
+    if len(controls) > len(CONTROL_STYLES):
+        raise ValueError(f"{len(controls)} control rows {controls}: the plots style at most {len(CONTROL_STYLES)}")
+    return styles | {m: dict(s) for m, s in zip(controls, CONTROL_STYLES)} | {"base": dict(BASE_STYLE)}
 
 
 def _point(
@@ -92,18 +103,20 @@ def _frontier(ax: Any, results: Mapping[str, Any], regime: str, styles: Mapping[
 
 
 ZOOM_ACCURACY = 0.05
-"""The zoom panel holds the methods whose mean accuracy lies within this of GRPO's (the control's, same regime)."""
+"""The zoom panel holds the methods whose mean accuracy lies within this of the control's (same regime)."""
 
 
-def _zoom(ax: Any, results: Mapping[str, Any], regime: str, styles: Mapping[str, Mapping[str, Any]]) -> bool:
-    """A second frontier panel, zoomed on GRPO and the methods near its accuracy, where most of the 13 sit on one
-    another in the full panel; their seed intervals may run past its edges. Drawn (True) only when the full
+def _zoom(
+    ax: Any, results: Mapping[str, Any], regime: str, styles: Mapping[str, Mapping[str, Any]], roles: StudyRoles
+) -> bool:
+    """A second frontier panel, zoomed on the control and the methods near its accuracy, where most of the 13 sit
+    on one another in the full panel; their seed intervals may run past its edges. Drawn (True) only when the full
     panel holds a method outside the zoom, else the full panel says it all."""
     rows = [r for r in results["summary"] if r["regime"] == regime and "accuracy" in r and "mean_length" in r]
-    grpo = next((r for r in rows if r["method"] == "grpo" and r["source"] == "controls"), None)
-    if grpo is None:
+    ref = next((r for r in rows if r["method"] == roles.control and r["source"] == "controls"), None)
+    if ref is None:
         return False
-    near = [r for r in rows if abs(r["accuracy"]["mean"] - grpo["accuracy"]["mean"]) <= ZOOM_ACCURACY]
+    near = [r for r in rows if abs(r["accuracy"]["mean"] - ref["accuracy"]["mean"]) <= ZOOM_ACCURACY]
     if len(near) == len(rows):
         return False
     near.sort(key=lambda r: (r["source"] != "controls", r["method"]))
@@ -116,7 +129,8 @@ def _zoom(ax: Any, results: Mapping[str, Any], regime: str, styles: Mapping[str,
     ax.set_ylabel("accuracy", fontsize=FONT)
     ax.tick_params(labelsize=FONT - 1)
     ax.grid(alpha=0.3)
-    ax.set_title(f"{regime}, zoomed: the {len(near)} rows within {ZOOM_ACCURACY} accuracy of GRPO "
+    ax.set_title(f"{regime}, zoomed: the {len(near)} rows within {ZOOM_ACCURACY} accuracy of "
+                 f"{roles.label(roles.control)} "
                  "(their intervals may run past the edges)", fontsize=FONT)  # fmt: skip
     return True
 
@@ -127,7 +141,8 @@ def _band(values: Sequence[Any], side: int) -> list[float]:
 
 def _controllers(fig: Any, results: Mapping[str, Any], regime: str) -> bool:
     trajs = [t for t in results["trajectories"] if t["regime"] == regime]
-    methods = [m for m in TITLES if any(t["method"] == m for t in trajs)]
+    controls = results["controls"]["methods"]
+    methods = sorted({t["method"] for t in trajs}, key=lambda m: (m in controls, m))  # the studied rows first
     if not methods:
         return False
     from matplotlib.ticker import MaxNLocator
@@ -146,7 +161,7 @@ def _controllers(fig: Any, results: Mapping[str, Any], regime: str) -> bool:
             ax.fill_between(t["steps"], _band(t["interval"], 0), _band(t["interval"], 1), color=colour, alpha=0.2,
                             linewidth=0)  # fmt: skip
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(TITLES[method], fontsize=FONT)
+        ax.set_title(_title(mine[0]["metric"]), fontsize=FONT)
         ax.set_xlabel("step", fontsize=FONT - 1)
         ax.tick_params(labelsize=FONT - 1)
         ax.grid(alpha=0.3)
@@ -159,16 +174,20 @@ def _controllers(fig: Any, results: Mapping[str, Any], regime: str) -> bool:
 
 
 DIFFERENCE_MEASURES: Mapping[str, str] = {
-    "accuracy": "accuracy minus GRPO's",
-    "mean_length": "mean length minus GRPO's (tokens)",
+    "accuracy": "accuracy minus {}'s",
+    "mean_length": "mean length minus {}'s (tokens)",
 }
 
 
-def plot_differences(fig: Any, results: Mapping[str, Any], styles: Mapping[str, Mapping[str, Any]]) -> bool:
-    """The comparison itself: per regime (rows) and measure (columns), each field method minus GRPO at the same
-    seed, mean with its 95 % t-interval over the paired seeds, one line per method in its own colour and marker, 0
-    marked; False when no difference against GRPO exists."""
-    diffs = {(d["regime"], d["method"], d["metric"]): d for d in results["differences"] if d["versus"] == "grpo"}
+def plot_differences(
+    fig: Any, results: Mapping[str, Any], styles: Mapping[str, Mapping[str, Any]], roles: StudyRoles | None = None
+) -> bool:
+    """The comparison itself: per regime (rows) and measure (columns), each field method minus the control
+    (``roles.control``) at the same seed, mean with its 95 % t-interval over the paired seeds, one line per method
+    in its own colour and marker, 0 marked; False when no difference against the control exists."""
+    roles = roles or roles_of(None)
+    versus = roles.label(roles.control)
+    diffs = {(d["regime"], d["method"], d["metric"]): d for d in results["differences"] if d["versus"] == roles.control}
     regimes = sorted({r for r, _, _ in diffs}, reverse=True)
     if not regimes:
         return False
@@ -176,7 +195,7 @@ def plot_differences(fig: Any, results: Mapping[str, Any], styles: Mapping[str, 
     fig.set_size_inches(12, 1.2 + 0.42 * len(methods) * len(regimes))
     axes = fig.subplots(len(regimes), len(DIFFERENCE_MEASURES), squeeze=False)
     for row, regime in zip(axes, regimes):
-        for ax, (metric, label) in zip(row, DIFFERENCE_MEASURES.items()):
+        for ax, (metric, label) in zip(row, ((m, x.format(versus)) for m, x in DIFFERENCE_MEASURES.items())):
             for y, method in enumerate(methods):
                 d = diffs.get((regime, method, metric))
                 if d is None:
@@ -197,14 +216,18 @@ def plot_differences(fig: Any, results: Mapping[str, Any], styles: Mapping[str, 
             ax.tick_params(axis="x", labelsize=FONT - 1)
             ax.grid(axis="x", alpha=0.3)
             ax.set_title(f"{regime}: {label}", fontsize=FONT + 1)
-    fig.suptitle("Each method minus GRPO at the same seed (mean, 95 % t-interval over the paired seeds)",
+    fig.suptitle(f"Each method minus {versus} at the same seed (mean, 95 % t-interval over the paired seeds)",
                  fontsize=FONT + 1)  # fmt: skip
     return True
 
 
-def plot_controls(results: Mapping[str, Any], folder: str | Path, rows: Sequence[str] = ()) -> list[Path]:
+def plot_controls(
+    results: Mapping[str, Any], folder: str | Path, rows: Sequence[str] = (), roles: StudyRoles | None = None
+) -> list[Path]:
     """Write the frontier and controller plots of ``results`` (``controls_results.build_controls_results``) into
-    ``folder``, per regime; returns their paths. ``rows``: every row the plan trains (each keeps its style)."""
+    ``folder``, per regime; returns their paths. ``rows``: every row the plan trains (each keeps its style);
+    ``roles``: the study's (None: the defaults)."""
+    roles = roles or roles_of(None)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -214,17 +237,17 @@ def plot_controls(results: Mapping[str, Any], folder: str | Path, rows: Sequence
     written: list[Path] = []
     styles = _styles(results, rows)
     fig = plt.figure()
-    if plot_differences(fig, results, styles):
+    if plot_differences(fig, results, styles, roles):
         state.make_folder(folder)
         fig.tight_layout()
         state.save_figure(fig, folder / "differences.png", dpi=100)
         written.append(folder / "differences.png")
     plt.close(fig)
     for regime in sorted({r["regime"] for r in results["summary"]}, reverse=True):
-        # the full frontier above, the zoom on GRPO's neighbourhood below (where it adds anything)
+        # the full frontier above, the zoom on the control's neighbourhood below (where it adds anything)
         fig, (ax, zoom) = plt.subplots(2, 1, figsize=(10.5, 11.0))
         drawn = _frontier(ax, results, regime, styles)
-        if not _zoom(zoom, results, regime, styles):
+        if not _zoom(zoom, results, regime, styles, roles):
             zoom.remove()
             fig.set_size_inches(10.5, 5.8)
         if drawn:

@@ -23,9 +23,11 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from dynashape.io import state
+from dynashape.shapers import available_shapers, shaper_trajectory
 from dynashape.study.caveats import add_holm, caveats
 from dynashape.study.claims import metric_value
 from dynashape.study.controls_runs import (
@@ -39,15 +41,16 @@ from dynashape.study.controls_runs import (
 )
 from dynashape.study.plan_file import ComparisonPlan
 from dynashape.study.results import json_clean, load_runs
+from dynashape.study.roles import roles_of
 from dynashape.study.stats import mean_sd, paired_values, t_interval
 
 __all__ = [
     "FIELD_MEASURES",
-    "L1_METHODS",
     "ROW_MEASURES",
     "TRAJECTORIES",
     "build_controls_results",
     "measure_value",
+    "trajectory_keys",
     "write_controls_results",
 ]
 
@@ -56,16 +59,20 @@ FIELD_MEASURES: tuple[str, ...] = ("accuracy", "mean_length", "truncated_frac", 
 ROW_MEASURES: tuple[str, ...] = (*FIELD_MEASURES, "truncated_at_budget")
 """The rows add the share of responses longer than the regime's training budget B (the evaluation's cap, 256, is
 far above B, so few responses are cut there)."""
-L1_METHODS: tuple[str, ...] = ("l1_exact", "l1_max")
 AT_BUDGET_MEASURES: tuple[str, ...] = ("accuracy", "mean_length", "following_error", "truncated_frac")
-TRAJECTORIES: Mapping[str, tuple[str, ...]] = {
-    # the controller state each shaper logs to metrics.jsonl (its namespace is its registry name)
-    "adlp": ("adlp/lambda",),  # parts.weights.DualAscent: the length weight used at that step
-    "aalc": ("aalc/alpha",),  # field.aalc: alpha_t, logged once a validation accuracy is known
-    "laser_d": ("laser_d/target_low", "laser_d/target_medium", "laser_d/target_high"),  # grid lengths (or the longest)
-    "thinkprune": ("thinkprune/max_length",),  # parts.field_channels.ScheduledCap: the cap in force
-    "lead": ("lead/lambda_l",),  # the efficiency channel's weight (lambda_c = 1 - lambda_l)
-}
+TRAJECTORIES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {n: t.keys for n in available_shapers() if (t := shaper_trajectory(n)) is not None}
+)
+"""shaper -> the metric keys of its controller state, each built-in shaper's own declaration (``Trajectory``) as
+registered at import; ``trajectory_keys`` reads a run's (its config.yaml's shaper, a user's recipe included)."""
+
+
+def trajectory_keys(ref: RunRef) -> tuple[str, ...]:
+    """The metrics.jsonl keys of the controller state a run's shaper logs (its config.yaml's ``train.shaper``
+    and that shaper's declared ``Trajectory``); none for a shaper without a controller or no longer registered."""
+    shaper = (ref["config"].get("train") or {}).get("shaper")
+    trajectory = shaper_trajectory(shaper) if shaper in available_shapers() else None
+    return trajectory.keys if trajectory is not None else ()
 
 
 def measure_value(run_eval: Mapping[str, Any], measure: str, *, base: bool = False) -> float | None:
@@ -157,14 +164,15 @@ def _differences(field: Rows, controls: Rows, methods: Sequence[str]) -> list[di
 
 
 def _trajectories(rows: Rows) -> list[dict[str, Any]]:
-    """Per (regime, method, metric) of ``TRAJECTORIES``: per step, the mean over the seeds that logged it and its
-    95 % t-interval (the band; None where fewer than two seeds logged the step)."""
+    """Per (regime, method, metric) of its runs' trajectory (``trajectory_keys``): per step, the mean over the
+    seeds that logged it and its 95 % t-interval (the band; None where fewer than two seeds logged the step)."""
     out = []
     for (regime, method), by_seed in sorted(rows.items()):
-        if method not in TRAJECTORIES:
+        keys = list(dict.fromkeys(k for ref in by_seed.values() for k in trajectory_keys(ref)))
+        if not keys:
             continue
         logged = {seed: read_jsonl(ref["dir"] / "metrics.jsonl") for seed, ref in by_seed.items()}
-        for metric in TRAJECTORIES[method]:
+        for metric in keys:
             per_step: dict[int, dict[int, float]] = {}
             for seed, lines in logged.items():
                 for line in lines:
@@ -184,12 +192,11 @@ def _trajectories(rows: Rows) -> list[dict[str, Any]]:
 
 
 def _at_budget(field: Rows) -> list[dict[str, Any]]:
-    """L1's fixed-budget evaluation (eval.json ``at_budget``): per regime, method and budget, each measure's mean
-    over seeds with its 95 % t-interval."""
+    """The fixed-budget evaluation of the rows that have one (eval.json ``at_budget``: a method that reads budget
+    prompts, ``EvalConfig``'s budgets): per regime, method and budget, each measure's mean over seeds with its 95 %
+    t-interval."""
     out = []
     for (regime, method), by_seed in sorted(field.items()):
-        if method not in L1_METHODS:
-            continue
         budgets = sorted({b for r in by_seed.values() for b in (r["eval"].get("at_budget") or {})}, key=int)
         for budget in budgets:
             entry: dict[str, Any] = {"regime": regime, "method": method, "budget": int(budget)}
@@ -255,7 +262,8 @@ def build_controls_results(
         for seed, ref in sorted(by_seed.items())
     ]
     differences = _differences(field, control_rows, methods)
-    add_holm(differences)
+    roles = roles_of(plan)
+    add_holm(differences, roles.control)
     control_commits = sorted({c for r in runs if r["source"] == "controls" for c in r["commits"]})
     results: dict[str, Any] = {
         "folder": str(out),
@@ -290,7 +298,7 @@ def build_controls_results(
         "trajectories": _trajectories(both),
         "at_budget": _at_budget(field),
     }
-    results["caveats"] = caveats(field, control_rows, controls_dir, results)
+    results["caveats"] = caveats(field, control_rows, controls_dir, results, roles)
     if evaluation is not None:
         results["evaluation"] = dict(evaluation)
     return results
@@ -318,15 +326,16 @@ def write_controls_results(
     head = kept_head(report)  # refuses before anything is computed or written
     notes = kept_block(report, NOTES_BEGIN, NOTES_END)
     results = build_controls_results(out, plan, controls=controls, evaluation=evaluation)
+    roles = roles_of(plan)
     plot_dir = report.with_suffix("")
     written: list[Path] = []
     try:
         from dynashape.study.controls_plots import plot_controls
 
-        written = plot_controls(results, plot_dir, rows=_plan_rows(plan))
+        written = plot_controls(results, plot_dir, rows=_plan_rows(plan), roles=roles)
     except ImportError:  # matplotlib missing: tables only
         pass
     rel = [str(p.relative_to(report.parent)) for p in written]
     state.write_text(report.with_suffix(".json"), json.dumps(json_clean(results), indent=1, allow_nan=False))
-    state.write_text(report, controls_markdown(results, head, rel, report=str(report), notes=notes))
+    state.write_text(report, controls_markdown(results, head, rel, roles, report=str(report), notes=notes))
     return [report, report.with_suffix(".json"), *written]

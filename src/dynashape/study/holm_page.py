@@ -33,6 +33,7 @@ from dynashape.study.results_page import (
     kept_claims,
     summary_cells,
 )
+from dynashape.study.roles import roles_of
 
 __all__ = ["HOLM_METRICS", "build_holm_results", "write_holm_results"]
 
@@ -49,7 +50,9 @@ def build_holm_results(
 ) -> dict[str, Any]:
     """Everything results-v2.json holds, from the follow-up's folder ``out``; ``evaluation``: the registered and
     each run's own evaluation settings (``pages.evaluation_record``), kept beside the plan's."""
-    results = build_results(out, n_boot=n_boot, summary_metrics=HOLM_METRICS, best_global=study.best_global)
+    results = build_results(
+        out, n_boot=n_boot, summary_metrics=HOLM_METRICS, best_global=study.best_global, roles=roles_of(study)
+    )
     runs = runs_by_row(load_runs(out))
     meta = state.read_json(Path(out) / "comparison.json")
     plan = preregistration.frozen_data(study)
@@ -314,7 +317,9 @@ def write_holm_results(
     try:
         from dynashape.study.results_plots import plot_results
 
-        written = plot_paired_differences(results, plot_dir) + plot_results(results, plot_dir)
+        written = plot_paired_differences(results, plot_dir) + plot_results(
+            results, plot_dir, control=roles_of(study).control
+        )
     except ImportError:  # matplotlib missing: tables only
         pass
     if CLAIMS_BEGIN in (report.read_text() if report.exists() else ""):

@@ -22,8 +22,9 @@ import numpy as np
 from dynashape.io import state
 from dynashape.study.claims import GLOBAL_THRESHOLD_BASELINES, Claim, evaluate_claims, metric_per_problem, metric_value
 from dynashape.study.results_page import TABLE_METRICS, kept_claims, results_markdown
+from dynashape.study.roles import StudyRoles, roles_of
 from dynashape.study.stats import hierarchical_bootstrap, mean_sd, paired_values, t_interval
-from dynashape.study.tables import PUBLISHED_LEAD, PUBLISHED_MEDS
+from dynashape.study.tables import PUBLISHED
 
 __all__ = ["SUMMARY_METRICS", "best_tuned", "build_results", "json_clean", "load_runs", "runs_by_row", "write_results"]
 
@@ -56,10 +57,13 @@ def runs_by_row(records: Sequence[Mapping[str, Any]]) -> RunMap:
     return out
 
 
-def best_tuned(tuning: Mapping[str, Any], regime: str, among: Sequence[str] | None = None) -> str | None:
+def best_tuned(
+    tuning: Mapping[str, Any], regime: str, among: Sequence[str] | None = None, exclude: Sequence[str] = ()
+) -> str | None:
     """The tuned method of ``regime`` with the highest validation AES at its chosen value (``among``: only
-    those names); lead presets are not baselines."""
-    entries = {m: t for m, t in tuning.get(regime, {}).items() if isinstance(t, dict) and not m.startswith("lead")}
+    those names); ``exclude``: rows that are not baselines (the study's ``roles.not_baselines``, the method it
+    studies)."""
+    entries = {m: t for m, t in tuning.get(regime, {}).items() if isinstance(t, dict) and m not in exclude}
     if among is not None:
         entries = {m: t for m, t in entries.items() if m in among}
     scored = [(t.get("chosen_mean_aes"), m) for m, t in entries.items() if t.get("chosen_mean_aes") is not None]
@@ -90,13 +94,16 @@ def _summary(runs: RunMap, n_boot: int, metrics: Sequence[str] = SUMMARY_METRICS
     return rows
 
 
-def _differences(runs: RunMap, controls: Mapping[str, Mapping[str, str]], n_boot: int) -> list[dict[str, Any]]:
-    """Paired differences of every method against each named control of its regime."""
+def _differences(
+    runs: RunMap, controls: Mapping[str, Mapping[str, str]], n_boot: int, reference: str
+) -> list[dict[str, Any]]:
+    """Paired differences of every method against each named control of its regime; the study's control
+    ``reference`` is no treatment."""
     out = []
     for (regime, method), a in sorted(runs.items()):
         for role, control in controls.get(regime, {}).items():
             b = runs.get((regime, control))
-            if b is None or method in (control, "grpo"):  # grpo is the control, not a treatment
+            if b is None or method in (control, reference):
                 continue
             for metric in (*TABLE_METRICS, "accuracy@hardest", "mean_length@easiest"):
                 diffs = paired_values(
@@ -144,13 +151,13 @@ def _boot(rows: Sequence[np.ndarray | None], n_boot: int) -> list[float] | None:
     return [b.low, b.high]
 
 
-def _per_difficulty(runs: RunMap, n_boot: int) -> list[dict[str, Any]]:
+def _per_difficulty(runs: RunMap, n_boot: int, reference: str) -> list[dict[str, Any]]:
     """Per regime, method and difficulty: accuracy and mean length (mean ± sd over seeds, bootstrap of seeds then
-    problems) and, against grpo, the paired difference (t-interval over seeds, bootstrap of per-problem
-    differences)."""
+    problems) and, against the study's control ``reference`` (``vs_<reference>``), the paired difference
+    (t-interval over seeds, bootstrap of per-problem differences)."""
     out = []
     for (regime, method), by_seed in sorted(runs.items()):
-        control = runs.get((regime, "grpo")) if method != "grpo" else None
+        control = runs.get((regime, reference)) if method != reference else None
         for d in sorted(next(iter(by_seed.values()))["final"]["per_difficulty"], key=int):
             entry: dict[str, Any] = {"regime": regime, "method": method, "difficulty": int(d)}
             for metric in ("accuracy", "mean_length"):
@@ -167,7 +174,7 @@ def _per_difficulty(runs: RunMap, n_boot: int) -> list[dict[str, Any]]:
                         ti = t_interval(list(diffs.values()))
                         pairs = [(_at_difficulty(by_seed[s], d), _at_difficulty(control[s], d)) for s in diffs]
                         rows = [None if a is None or b is None else a[metric] - b[metric] for a, b in pairs]
-                        cell["vs_grpo"] = {
+                        cell[f"vs_{reference}"] = {
                             "estimate": ti.estimate,
                             "interval": [None if ti.low != ti.low else ti.low, None if ti.high != ti.high else ti.high],
                             "n": ti.n,
@@ -205,10 +212,12 @@ def build_results(
     summary_metrics: Sequence[str] = SUMMARY_METRICS,
     best_global: Mapping[str, str] | None = None,
     claims: Sequence[Claim] = (),
+    roles: StudyRoles | None = None,
 ) -> dict[str, Any]:
     """Everything results.json holds, from the comparison folder ``out`` (``summary_metrics``: the per-row
     metrics of ``summary``; ``best_global``: regime -> the global-threshold control an earlier study chose, for a
-    folder that tuned nothing; it is then a control of the paired differences)."""
+    folder that tuned nothing; it is then a control of the paired differences; ``roles``: the study's control and
+    the rows that are not baselines, None: those of the study the folder ran, ``roles_of_folder``)."""
     out = Path(out)
     if not out.is_dir():  # a mistyped folder must not rewrite a results page with nothing
         raise ValueError(f"out must be a comparison folder (dynashape compare --out), got {str(out)!r}")
@@ -216,6 +225,7 @@ def build_results(
     tuning = _read(out / "tuning.json", {})
     meta = _read(out / "comparison.json", {})
     runs = runs_by_row(records)
+    roles = roles or roles_of_folder(out, meta)
     regimes = sorted({r for r, _ in runs})
     given = dict(best_global or {})
     best_global = {r: tuning[r]["best_global"] for r in tuning if isinstance(tuning[r].get("best_global"), str)}
@@ -224,8 +234,8 @@ def build_results(
     best_global = {r: m for r, m in best_global.items() if m}
     controls: dict[str, dict[str, str]] = {}
     for r in regimes:
-        controls[r] = {"grpo control": "grpo"}
-        best = best_tuned(tuning, r)
+        controls[r] = {f"{roles.control} control": roles.control}
+        best = best_tuned(tuning, r, exclude=roles.not_baselines)
         if best:
             controls[r]["best tuned baseline"] = best
         if r in given and (r, given[r]) in runs:
@@ -246,10 +256,10 @@ def build_results(
         "best_global": best_global,
         "controls": controls,
         "summary": _summary(runs, n_boot, summary_metrics),
-        "differences": _differences(runs, controls, n_boot),
-        "per_difficulty": _per_difficulty(runs, n_boot),
+        "differences": _differences(runs, controls, n_boot, roles.control),
+        "per_difficulty": _per_difficulty(runs, n_boot, roles.control),
         "claims": evaluate_claims(runs, best_global, claims=claims, n_boot=n_boot),
-        "published": {"lead": PUBLISHED_LEAD, "meds": PUBLISHED_MEDS},
+        "published": dict(PUBLISHED),
     }
 
 
@@ -268,7 +278,8 @@ def write_results(
     ``pages.write_page`` chooses the page and checks the evaluation."""
     report = Path(report)
     registered = claims is not None
-    results = build_results(out, n_boot=n_boot, claims=claims or ())
+    roles = roles_of_folder(Path(out), _read(Path(out) / "comparison.json", {}))
+    results = build_results(out, n_boot=n_boot, claims=claims or (), roles=roles)
     if evaluation is not None:
         results["evaluation"] = dict(evaluation)
     if not registered:
@@ -279,15 +290,23 @@ def write_results(
     try:
         from dynashape.study.results_plots import plot_results
 
-        written = plot_results(results, plot_dir)
+        written = plot_results(results, plot_dir, control=roles.control)
     except ImportError:  # matplotlib missing: tables only
         pass
     rel = [str(p.relative_to(report.parent)) for p in written]
     claims_text = kept_claims(report, claims or ()) if registered else None
     json_path = report.with_suffix(".json")
     state.write_text(json_path, json.dumps(json_clean(results), indent=1, allow_nan=False))
-    state.write_text(report, results_markdown(results, claims_text, rel))
+    state.write_text(report, results_markdown(results, claims_text, rel, control=roles.control))
     return [report, json_path, *written]
+
+
+def roles_of_folder(out: Path, meta: Mapping[str, Any]) -> StudyRoles:
+    """The roles of the study the comparison folder ``out`` ran (its comparison.json ``meta``; an ad-hoc
+    comparison's: the defaults)."""
+    from dynashape.study.pages import study_of  # pages reads runs through this module
+
+    return roles_of(study_of(out, meta))
 
 
 def json_clean(x: Any) -> Any:

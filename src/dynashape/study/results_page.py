@@ -109,11 +109,11 @@ def fmt_clock(seconds: float | None) -> str:
     return f"{h} h {rest // 60:02d} min" if h else f"{rest // 60} min {rest % 60:02d} s"
 
 
-def _difficulty_cell(entry: Mapping[str, Any]) -> str:
+def _difficulty_cell(entry: Mapping[str, Any], control: str) -> str:
     acc, length = entry["accuracy"], entry["mean_length"]
     text = f"{acc['mean']:.2f} / {length['mean']:.0f}"
-    if "vs_grpo" in acc and "vs_grpo" in length:
-        a, b = acc["vs_grpo"], length["vs_grpo"]
+    if f"vs_{control}" in acc and f"vs_{control}" in length:
+        a, b = acc[f"vs_{control}"], length[f"vs_{control}"]
         text += f"<br>Δ {a['estimate']:+.2f} {fmt_interval(*a['interval'], digits=2)} / {b['estimate']:+.0f} "
         text += fmt_interval(*b["interval"], digits=0)
     return text
@@ -135,17 +135,23 @@ def summary_cells(row: Mapping[str, Any], metrics: Sequence[str]) -> list[str]:
     return cells
 
 
-def results_markdown(results: Mapping[str, Any], claims_text: str | None, plots: Sequence[str] = ()) -> str:
+def results_markdown(
+    results: Mapping[str, Any], claims_text: str | None, plots: Sequence[str] = (), control: str | None = None
+) -> str:
     """The markdown page of ``results`` (``build_results``), with ``claims_text`` kept verbatim on top; None for
     a comparison that registered no claims (``dynashape compare --methods``): its page reports what ran, with
-    intervals and no verdicts."""
+    intervals and no verdicts. ``control``: the study's control, the reference of the per-difficulty differences
+    (None: the reference method, ``dynashape.shapers.reference_shaper``)."""
+    from dynashape.shapers import reference_shaper
+
+    control = control or reference_shaper()
     seeds_of = {(r["regime"], r["method"]): r["n"] for r in results["summary"]}
     n_min = min(seeds_of.values(), default=0)
     if claims_text is None:
         lines = _adhoc_header(results, seeds_of)
     else:
         lines = _claims_header(results, claims_text, seeds_of, n_min)
-    lines += _body(results, seeds_of)
+    lines += _body(results, seeds_of, control)
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
     return "\n".join(lines)
@@ -209,7 +215,7 @@ def _claims_header(
     return lines
 
 
-def _body(results: Mapping[str, Any], seeds_of: Mapping[tuple[str, str], int]) -> list[str]:
+def _body(results: Mapping[str, Any], seeds_of: Mapping[tuple[str, str], int], control: str) -> list[str]:
     """Everything after the verdicts: how the numbers were made, tuning, per-regime tables, published numbers."""
     machine = results.get("machine") or {}
     lines = [
@@ -232,7 +238,7 @@ def _body(results: Mapping[str, Any], seeds_of: Mapping[tuple[str, str], int]) -
     for row in results["summary"]:
         by_regime.setdefault(row["regime"], []).append(row)
     for regime, rows in sorted(by_regime.items(), reverse=True):
-        lines += _regime_lines(results, regime, rows)
+        lines += _regime_lines(results, regime, rows, control)
     lines += [
         "## The papers' published numbers (theirs, for context; other models, budgets and benchmarks)",
         "",
@@ -276,7 +282,9 @@ def _tuning_lines(tuning: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _regime_lines(results: Mapping[str, Any], regime: str, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def _regime_lines(
+    results: Mapping[str, Any], regime: str, rows: Sequence[Mapping[str, Any]], control: str
+) -> list[str]:
     """One regime's tables: accuracy, length and AES; paired differences; per difficulty."""
     lines: list[str] = []
     lines += [
@@ -309,7 +317,7 @@ def _regime_lines(results: Mapping[str, Any], regime: str, rows: Sequence[Mappin
         lines.append(f"| {method} | {versus} | " + " | ".join(cells) + " |")
     lines += [
         "",
-        f"### {regime}: per difficulty (accuracy / mean length, mean over seeds; Δ vs grpo with its t-interval)",
+        f"### {regime}: per difficulty (accuracy / mean length, mean over seeds; Δ vs {control} with its t-interval)",
         "",
     ]
     pd = [r for r in results["per_difficulty"] if r["regime"] == regime]
@@ -317,7 +325,7 @@ def _regime_lines(results: Mapping[str, Any], regime: str, rows: Sequence[Mappin
     lines += ["| method | " + " | ".join(f"d={d}" for d in ds) + " |", "|---|" + "---|" * len(ds)]
     cell = {(r["method"], r["difficulty"]): r for r in pd}
     for method in sorted({r["method"] for r in pd}):
-        cells = [_difficulty_cell(cell[(method, d)]) if (method, d) in cell else "n/a" for d in ds]
+        cells = [_difficulty_cell(cell[(method, d)], control) if (method, d) in cell else "n/a" for d in ds]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     lines.append("")
     return lines

@@ -4,7 +4,7 @@ width.
 Per regime: the accuracy-length frontier (each method's mean over seeds with its 95 % t-interval over seeds on both
 axes, and a table of the same numbers beside it, so methods that share a point stay apart), the lambda
 trajectories of the LEAD presets (lambda_l, mean over seeds per step), and the pass@k curves of the hard + trap
-subset (mean over seeds with its t-interval band, and each method's paired difference from grpo).
+subset (mean over seeds with its t-interval band, and each method's paired difference from the study's control).
 """
 
 from __future__ import annotations
@@ -126,9 +126,11 @@ def _frontier(ax: Any, table_ax: Any, runs: Sequence[Mapping[str, Any]], rows: S
         table[i, 0].get_text().set_color(styles[row[0]]["color"])
 
 
-def _passk(ax: Any, diff_ax: Any, runs: Sequence[Mapping[str, Any]], styles: Mapping[str, Mapping[str, Any]]) -> None:
-    """pass@k mean over seeds with its t-interval band; beside it each method minus grpo, paired per seed, with
-    its t-interval (methods dodged along k so that their bars do not overlap)."""
+def _passk(
+    ax: Any, diff_ax: Any, runs: Sequence[Mapping[str, Any]], styles: Mapping[str, Mapping[str, Any]], control: str
+) -> None:
+    """pass@k mean over seeds with its t-interval band; beside it each method minus the study's ``control``,
+    paired per seed, with its t-interval (methods dodged along k so that their bars do not overlap)."""
     curves: dict[str, dict[int, dict[int, float]]] = {}
     for r in runs:
         for k, v in (r["final"].get("pass_at_k_hard") or {}).items():
@@ -140,19 +142,19 @@ def _passk(ax: Any, diff_ax: Any, runs: Sequence[Mapping[str, Any]], styles: Map
         ax.plot(ks, [s[0] for s in stats], color=styles[m]["color"], marker=styles[m]["marker"], markersize=5,
                 label=m)  # fmt: skip
         ax.fill_between(ks, [s[1] for s in stats], [s[2] for s in stats], color=styles[m]["color"], alpha=0.12)
-    treated = [m for m in methods if m != "grpo"] if "grpo" in curves else []
+    treated = [m for m in methods if m != control] if control in curves else []
     for i, m in enumerate(treated):
-        ks = sorted(set(curves[m]) & set(curves["grpo"]))
+        ks = sorted(set(curves[m]) & set(curves[control]))
         dodge = 2 ** ((i - (len(treated) - 1) / 2) * 0.06)
         for k in ks:
-            d = list(paired_values(curves[m][k], curves["grpo"][k]).values())
+            d = list(paired_values(curves[m][k], curves[control][k]).values())
             if not d:
                 continue
             mean, lo, hi = _interval(d)
             diff_ax.errorbar([k * dodge], [mean], yerr=[[mean - lo], [hi - mean]], fmt=styles[m]["marker"],
                              color=styles[m]["color"], markersize=4, capsize=2,
                              label=m if k == ks[0] else None)  # fmt: skip
-    for a, label in ((ax, "pass@k (mean, 95 % t-band over seeds)"), (diff_ax, "pass@k minus grpo's (paired)")):
+    for a, label in ((ax, "pass@k (mean, 95 % t-band over seeds)"), (diff_ax, f"pass@k minus {control}'s (paired)")):
         a.set_xscale("log", base=2)
         a.xaxis.set_major_formatter(_integer_ticks())
         a.set_xlabel("k", fontsize=FONT)
@@ -173,8 +175,12 @@ def _integer_ticks() -> Any:
     return FuncFormatter(lambda x, _: f"{x:g}")
 
 
-def plot_results(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
-    """Write the plots of ``results`` (``report.results.build_results``) into ``folder``; returns their paths."""
+def plot_results(results: Mapping[str, Any], folder: str | Path, control: str | None = None) -> list[Path]:
+    """Write the plots of ``results`` (``report.results.build_results``) into ``folder``; returns their paths.
+    ``control``: the study's control, the reference of the pass@k differences (None: the reference method)."""
+    from dynashape.shapers import reference_shaper
+
+    control = control or reference_shaper()
     import matplotlib
 
     matplotlib.use("Agg")
@@ -224,7 +230,7 @@ def plot_results(results: Mapping[str, Any], folder: str | Path) -> list[Path]:
 
         if any(r["final"].get("pass_at_k_hard") for r in runs):
             fig, (ax, diff_ax) = plt.subplots(1, 2, figsize=(13, 4.8))
-            _passk(ax, diff_ax, runs, styles)
+            _passk(ax, diff_ax, runs, styles, control)
             fig.suptitle(f"{regime}: pass@k on the hard + trap subset", fontsize=FONT + 1)
             save(fig, f"passk_{regime}.png")
     return written

@@ -8,7 +8,7 @@ from typing import Any
 
 from dynashape.core.text import counted
 
-__all__ = ["PUBLISHED_LEAD", "PUBLISHED_MEDS", "compare_markdown", "summarise_runs"]
+__all__ = ["PUBLISHED", "PUBLISHED_LEAD", "PUBLISHED_MEDS", "compare_markdown", "summarise_runs"]
 
 # LEAD (arXiv 2605.09806), DeepSeek-R1-Distill-Qwen-1.5B, 4K budget, mean over AIME24/25, AMC23, MATH-500,
 # OlympiadBench (the LEAD paper's headline table, arXiv 2605.09806). Only the values the spec states are listed.
@@ -23,6 +23,8 @@ PUBLISHED_MEDS: dict[str, dict[str, float]] = {
     "grpo+entropy_adv": {"pass@1 (8B)": 54.79},
     "meds": {"pass@1 (8B)": 66.72, "pass@1 (1.7B)": 52.49, "pass@128 (1.7B)": 81.76},
 }
+PUBLISHED: dict[str, dict[str, dict[str, float]]] = {"lead": PUBLISHED_LEAD, "meds": PUBLISHED_MEDS}
+"""paper -> its published rows, as results.json's ``published`` keeps them (keyed as each paper names them)."""
 
 
 def _mean_sd(values: Sequence[float]) -> str:

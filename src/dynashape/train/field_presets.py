@@ -42,7 +42,7 @@ from typing import Any
 
 from dynashape.train.config import TrainConfig
 
-__all__ = ["FIELD_METHODS", "FIELD_SEEDS", "L1_EVAL_BUDGETS", "field_table", "scaled_length"]
+__all__ = ["EARLIER_FORMS", "FIELD_METHODS", "FIELD_SEEDS", "L1_EVAL_BUDGETS", "field_table", "scaled_length"]
 
 #: The forms the committed field comparison (docs/results-field.md) trained, pinned so that its runs replay: the
 #: 0/1 base score for LASER and LASER-D, DLER without the stop-properly multiplier and the advantage boost, and
@@ -56,6 +56,22 @@ _AS_COMPARED: dict[str, dict[str, Any]] = {
     "dler": {"stop_properly_coef": None, "correct_boost": 0.0},
     "aalc": {"precision": "float64"},
 }
+EARLIER_FORMS: dict[str, tuple[dict[str, Any], str, str]] = {
+    # preset -> (shaper_kwargs the committed field rows ran, absent keys counting as these: the runs' code predates
+    # them; what that form is; what the shaper's default is now, docs/field-methods.md); the field page's caveats
+    "laser": (_AS_COMPARED["laser"], "the paper's 0/1 base score",
+              "the official code's 1 / -0.5 / -1 with its format check"),
+    "laser_d": (_AS_COMPARED["laser_d"], "the paper's 0/1 base score",
+                "the official code's 1 / -0.5 / -1 with its format check"),
+    "dler": (_AS_COMPARED["dler"], "the form without the 0.1 multiplier on a cut response and the advantage boost",
+             "the official run's multiplier 0.1 and boost 0.1"),
+    "aalc": (_AS_COMPARED["aalc"], "the reward in float64 (the formula unrounded)",
+             "the official float32 arithmetic"),
+    "saw": ({"correctness_column": None}, "the 0/1 verdict as channel 0 (the documented fallback; this world has no "
+            "graded correctness)", "ToolRL's graded correctness in [-3, 3] when a batch carries it"),
+    "gfpo": ({}, "the earlier tie handling, the earlier row kept among equal lengths (no config key records it)",
+             "torch.topk's kept set, ties included"),
+}  # fmt: skip
 
 FIELD_METHODS: tuple[str, ...] = (
     "l1_exact", "l1_max", "thinkprune", "laser", "laser_d", "dler", "alp", "adlp", "aalc", "saw", "gfpo",
