@@ -9,6 +9,7 @@ from dynashape.core.batch import RolloutBatch
 from dynashape.methods.grpo import GrpoConfig
 from dynashape.shapers import (
     Shaper,
+    Strength,
     Trajectory,
     available_shapers,
     display_name,
@@ -17,6 +18,7 @@ from dynashape.shapers import (
     reference_shaper,
     register_shaper,
     registry,
+    shaper_strength,
     shaper_trajectory,
 )
 from dynashape.shapers.parts import Chain, GroupNormalise, ScalarReward
@@ -120,3 +122,26 @@ def test_bad_declarations_name_the_shaper_and_value(monkeypatch):
         Trajectory(keys=[], title="x")
     with pytest.raises(ValueError, match=r"Trajectory.title must be non-empty text, got ''"):
         Trajectory(keys=("a/b",), title="")
+
+
+def test_a_recipe_declares_its_strength_and_bad_ones_are_refused(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    knob = Strength(key="shaper_kwargs.w", kind="penalty", what="its weight")
+
+    @recipe("mine", strength=knob)
+    def mine(*, w: float = 1.0) -> Chain:
+        return Chain(ScalarReward(), GroupNormalise())
+
+    assert shaper_strength("mine") == knob and shaper_strength("grpo") is None
+    assert shaper_strength("alp") == Strength(
+        key="shaper_kwargs.beta", kind="penalty", what="beta, the per-token penalty"
+    )
+    with pytest.raises(ValueError, match=r"Strength.kind must be one of \('penalty', .*\), got 'louder'"):
+        Strength(key="shaper_kwargs.w", kind="louder", what="x")
+    with pytest.raises(ValueError, match=r"Strength.key must be a --set key, got ''"):
+        Strength(key="", kind="length", what="x")
+    with pytest.raises(TypeError, match=r"shaper 'bad': strength must be a Strength, got 'beta'"):
+
+        @recipe("bad", strength="beta")
+        def bad() -> Chain:  # pragma: no cover - never called
+            return Chain(ScalarReward(), GroupNormalise())

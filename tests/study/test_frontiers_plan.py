@@ -7,14 +7,14 @@ import dataclasses
 
 import pytest
 
-from dynashape.shapers import config_class
+from dynashape.shapers import config_class, shaper_strength
 from dynashape.study.compare import RunSpec, spec_config
 from dynashape.study.plan_file import committed_plans
-from dynashape.study.strength_rule import KNOBS, strengths, toml_row
+from dynashape.study.strength_rule import knob, strengths, toml_row
 from dynashape.train.base_model import world_of
 from dynashape.train.config import EvalConfig, RunConfig, WarmupConfig
 from dynashape.train.field_presets import FIELD_METHODS
-from dynashape.train.presets import preset_values, regime_budget
+from dynashape.train.presets import PRESETS, preset_values, regime_budget
 from dynashape.train.warmup import base_model_key, shipped_manifest
 
 B = regime_budget("loose")
@@ -47,6 +47,8 @@ def test_the_rule_by_hand_at_the_loose_budget():
 
 @pytest.mark.parametrize("method", FIELD_METHODS)
 def test_every_field_method_has_a_knob_whose_middle_or_weakest_value_is_the_papers(method):
+    with pytest.raises(ValueError, match=r"method 'grpo' \(shaper 'grpo'\) declares no strength to sweep"):
+        knob("grpo")
     s = strengths(method, B)
     paper = preset_values(method, B)
     head, _, tail = s.knob.key.partition(".")
@@ -67,7 +69,8 @@ def test_the_file_sweeps_the_rules_values_and_nothing_is_tuned():
     rows = plan.rows["loose"]
     assert rows[:4] == ("grpo", "lead", "grpo_dynamic_sampling", "grpo_g16")
     assert len(rows) == 4 + 3 * len(FIELD_METHODS) == 37
-    assert set(KNOBS) == set(FIELD_METHODS)
+    # the methods that declare a knob (Shaper.strength) are the field's, and only they are swept
+    assert {m for m, p in PRESETS.items() if shaper_strength(p["shaper"])} == set(FIELD_METHODS)
     for method in FIELD_METHODS:
         mine = [r for r in rows if plan.preset(r) == method]
         want = toml_row(method, B)
@@ -92,7 +95,8 @@ def test_the_controls_and_the_official_forms():
         method = plan.preset(row.split("/", 1)[1])
         defaults = config_class(method)()
         for key, value in fixed.get("shaper_kwargs", {}).items():
-            if key != KNOBS.get(method, KNOBS["alp"]).key.removeprefix("shaper_kwargs."):
+            swept = knob(method).key.removeprefix("shaper_kwargs.") if method in FIELD_METHODS else None
+            if key != swept:
                 assert getattr(defaults, key) == value, (row, key)
     forms = {m: set(plan.fixed.get(f"loose/{r}", {}).get("shaper_kwargs", {})) for r in plan.rows["loose"]
              for m in [plan.preset(r)]}  # fmt: skip

@@ -21,14 +21,6 @@ ALLOWED: dict[str, set[str]] = {
     # v1's best_global candidates (GLOBAL_THRESHOLD_BASELINES), which compare.py's tuning reads: to become v1's
     # roles (e.g. best_global_among) once compare.py, being split by another change, takes them from the plan
     "claims.py": {"grpo_length", "gdpo"},
-    # the waiting rows' base preparation stands in with GRPO's preset: to become reference_shaper() (the same run,
-    # dynashape.shapers) in the module compare.py's split puts it in
-    "compare.py": {"grpo"},
-    # the frontier study's strength rule (each field method's knob, and the rules of ThinkPrune's schedule,
-    # LASER-D's grid and GFPO's group): to become each recipe's declared knob
-    "strength_rule.py": {
-        "l1_exact", "l1_max", "thinkprune", "laser", "laser_d", "dler", "alp", "adlp", "aalc", "saw", "gfpo",
-    },
     # the LEAD and MEDS papers' published numbers, keyed as the papers name their rows: quoted data, not dispatch
     "tables.py": {"lead", "grpo", "dapo", "meds"},
 }  # fmt: skip

@@ -74,8 +74,8 @@ def test_each_committed_file_is_its_code_built_plan():
     assert set(plans) == {*want, "frontiers"}
     for name, plan in want.items():
         as_built = dataclasses.replace(
-            plans[name], claims=(), decide=None, parts=(), alpha=0.05, frozen=None, best_global={}
-        )  # what the code held elsewhere (claims.CLAIMS, followup.PARTS, followup.json)
+            plans[name], claims=(), decide=None, parts=(), alpha=0.05, frozen=None, best_global={}, roles=None
+        )  # what the code held elsewhere (claims.CLAIMS, followup.PARTS, followup.json, names in the pages)
         assert as_built == plan, name
     assert plans["v2"].eval["passk_keys"] == tuple(want["v2"].eval["passk_keys"]) and len(plans["v2"].fixed) == 4
 

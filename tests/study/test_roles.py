@@ -10,8 +10,9 @@ import pytest
 
 from dynashape.study.compare import COMPARISON_PLAN
 from dynashape.study.plan_checks import StudyFileError
+from dynashape.study.plan_file import studies_dir
 from dynashape.study.results import best_tuned, build_results
-from dynashape.study.roles import ROLE_KEYS, StudyRoles, parse_roles, roles_file, roles_of
+from dynashape.study.roles import ROLE_KEYS, StudyRoles, parse_roles, roles_of
 
 ROWS = {"tight": ("grpo", "alp", "saw", "lead_static"), "loose": ("grpo", "alp", "saw")}
 WHERE = "studies/mine.toml"
@@ -25,7 +26,9 @@ def test_the_committed_studies_declare_their_roles():
     )  # fmt: skip
     full = roles_of(COMPARISON_PLAN["full"])
     assert full.control == "grpo" and "lead_static" in full.not_baselines and "gdpo" not in full.not_baselines
-    assert roles_file("field").is_file() and roles_file("full").is_file()
+    assert (
+        "[roles]" in (studies_dir() / "field.toml").read_text() and "[roles]" in (studies_dir() / "v1.toml").read_text()
+    )
     assert roles_of(COMPARISON_PLAN["v2"]) == roles_of(None) == StudyRoles(control="grpo")  # the defaults
 
 
@@ -36,9 +39,10 @@ def test_a_row_is_named_by_the_study_then_by_its_method():
     ]  # fmt: skip
 
 
-def test_a_plan_that_holds_its_roles_is_read_first():
+def test_a_plan_holds_its_roles_and_a_plan_without_them_gets_the_defaults():
     declared = StudyRoles(control="alp")
     assert roles_of(SimpleNamespace(roles=declared, name="field", rows=ROWS, controls={})) is declared
+    assert roles_of(SimpleNamespace(roles=None, name=None, rows=ROWS, controls={})) == StudyRoles(control="grpo")
 
 
 def test_the_keys_parse():

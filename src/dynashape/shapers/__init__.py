@@ -6,7 +6,7 @@ Importing this package registers the built-in shapers: every method a chain of p
 """
 
 from dynashape.shapers import meds, recipes
-from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds, Trajectory
+from dynashape.shapers.base import Shaped, Shaper, ShaperNeeds, Strength, Trajectory
 from dynashape.shapers.recipe import recipe
 from dynashape.shapers.registry import (
     available_shapers,
@@ -18,6 +18,7 @@ from dynashape.shapers.registry import (
     register_shaper,
     shaper_class,
     shaper_needs,
+    shaper_strength,
     shaper_trajectory,
 )
 
@@ -25,6 +26,7 @@ __all__ = [
     "Shaped",
     "Shaper",
     "ShaperNeeds",
+    "Strength",
     "Trajectory",
     "available_shapers",
     "check_shaper_params",
@@ -36,5 +38,6 @@ __all__ = [
     "register_shaper",
     "shaper_class",
     "shaper_needs",
+    "shaper_strength",
     "shaper_trajectory",
 ]

@@ -91,6 +91,37 @@ class Trajectory:
             raise ValueError(f"Trajectory.title must be non-empty text, got {self.title!r}")
 
 
+STRENGTH_KINDS = ("penalty", "length", "kept", "final_cap", "grid")
+"""How a method's main knob moves its strength (``Strength.kind``): ``penalty``, a weight on length (stronger when
+larger); ``length``, a cap, target or threshold in tokens (stronger when smaller; at or beyond the training budget
+it constrains nothing); ``kept``, rollouts kept of a group (stronger when smaller; all of them is no filter);
+``final_cap``, a schedule of caps whose last one is the knob; ``grid``, a grid of candidate targets, scaled."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Strength:
+    """A length-control method's main knob: what a frontier study sweeps to trace the method's accuracy against
+    length (``study.strength_rule``), declared by the method so that no study keeps a list of methods and knobs.
+
+    Example: ALP's ``Strength(key="shaper_kwargs.beta", kind="penalty", what="beta, the per-token penalty")``.
+    """
+
+    key: str
+    """The knob in ``--set`` form: ``shaper_kwargs.<field>`` of the shaper's config, or a ``TrainConfig`` field."""
+    kind: str
+    """One of ``STRENGTH_KINDS``."""
+    what: str
+    """What it is, in a few words (a page's table)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.key, str) or not self.key:
+            raise ValueError(f"Strength.key must be a --set key, got {self.key!r}")
+        if self.kind not in STRENGTH_KINDS:
+            raise ValueError(f"Strength.kind must be one of {STRENGTH_KINDS}, got {self.kind!r}")
+        if not isinstance(self.what, str) or not self.what:
+            raise ValueError(f"Strength.what must be non-empty text, got {self.what!r}")
+
+
 @dataclass(frozen=True)
 class Shaped:
     """What a shaper returns.
@@ -133,6 +164,8 @@ class Shaper(ABC):
     """How a page names the method ("A-DLP"); empty: its registry name."""
     trajectory: ClassVar[Trajectory | None] = None
     """The controller state it logs every step, for a study's plots over training; None: no controller."""
+    strength: ClassVar[Strength | None] = None
+    """The main knob of a length-control method (``Strength``); None: the method has none to sweep."""
     reference: ClassVar[bool] = False
     """The library's reference method (GRPO: correctness, group-normalised, no length term): the row a study
     compares every other with when its file names no control. Exactly one registered shaper is."""

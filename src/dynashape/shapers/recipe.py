@@ -29,7 +29,7 @@ import typing
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-from dynashape.shapers.base import ShaperNeeds, Trajectory
+from dynashape.shapers.base import ShaperNeeds, Strength, Trajectory
 from dynashape.shapers.composed import ComposedShaper
 from dynashape.shapers.parts.flow import Chain
 from dynashape.shapers.parts.penalties import PENALTY_KEYS
@@ -145,6 +145,7 @@ def recipe(
     own_penalties: tuple[str, ...] = (),
     display: str = "",
     trajectory: Trajectory | None = None,
+    strength: Strength | None = None,
     reference: bool = False,
 ) -> Callable[[F], F]:
     """Register the decorated function as the shaper ``name``: ``get_shaper(name, **kw)`` builds the chain
@@ -153,9 +154,9 @@ def recipe(
     function's annotated keyword arguments); ``own_penalties`` names the engines' penalties (``PENALTY_KEYS``) the
     method applies itself from its config, which ``get_shaper`` then refuses rather than apply twice. ``display``
     is how a page names the method (default: ``name``), ``trajectory`` the controller state it logs every step
-    (``Trajectory``), ``reference`` whether it is the method a study compares with when it names no control
-    (``Shaper.reference``). Returns the function (through ``config`` when given), so it still builds a bare
-    chain."""
+    (``Trajectory``), ``strength`` its main knob, for a frontier study to sweep (``Strength``), ``reference``
+    whether it is the method a study compares with when it names no control (``Shaper.reference``). Returns the
+    function (through ``config`` when given), so it still builds a bare chain."""
 
     def decorate(fn: F) -> F:
         cfg = _config_from_signature(fn, name) if config is None else _config_matching(fn, name, config)
@@ -178,6 +179,7 @@ def recipe(
                 "own_penalties": tuple(own_penalties),
                 "display_name": display,
                 "trajectory": trajectory,
+                "strength": strength,
                 "reference": reference,
                 "recipe": staticmethod(fn if config is None else _validating(fn, config)),
                 "__doc__": fn.__doc__,

@@ -53,7 +53,7 @@ from dynashape.methods.pass_rate import PassRateLinearConfig
 from dynashape.methods.saw import SawConfig
 from dynashape.methods.shorterbetter import ShorterBetterConfig
 from dynashape.methods.thinkprune import ThinkPruneConfig
-from dynashape.shapers.base import ShaperNeeds, Trajectory
+from dynashape.shapers.base import ShaperNeeds, Strength, Trajectory
 from dynashape.shapers.parts import (
     AalcReward,
     AdvantageAbsMean,
@@ -108,6 +108,24 @@ AALC_ALPHA = Trajectory(keys=("aalc/alpha",), title="alpha_t")  # logged once a 
 
 
 # ------------------------------------------------------------------------------------------ the GRPO family
+# The main knob of each length-control method, for a frontier study to sweep (study.strength_rule)
+L1_EXACT_STRENGTH = Strength(
+    key="shaper_kwargs.alpha", kind="penalty", what="alpha, the weight of the budget deviation"
+)
+L1_MAX_STRENGTH = Strength(key="shaper_kwargs.alpha", kind="penalty", what="alpha, the weight of the budget excess")
+THINKPRUNE_STRENGTH = Strength(
+    key="shaper_kwargs.schedule", kind="final_cap", what="the final cap (its rounds: B, the midpoint, the cap)"
+)
+LASER_STRENGTH = Strength(key="shaper_kwargs.target_length", kind="length", what="the target length L_T")
+LASER_D_STRENGTH = Strength(key="shaper_kwargs.grid", kind="grid", what="the grid of targets, scaled")
+DLER_STRENGTH = Strength(key="shaper_kwargs.max_length", kind="length", what="the truncation cap L")
+ALP_STRENGTH = Strength(key="shaper_kwargs.beta", kind="penalty", what="beta, the per-token penalty")
+ADLP_STRENGTH = Strength(key="shaper_kwargs.eta", kind="penalty", what="eta, the step of the multiplier lambda")
+AALC_STRENGTH = Strength(key="shaper_kwargs.c", kind="penalty", what="c, the weight of the length reward")
+SAW_STRENGTH = Strength(key="length_threshold", kind="length", what="the length channel's threshold T")
+GFPO_STRENGTH = Strength(key="shaper_kwargs.keep", kind="kept", what="k, the shortest rollouts kept of the group")
+
+
 @recipe("grpo", config=GrpoConfig, needs=OPTIONAL_REWARDS, display="GRPO", reference=True)
 def grpo(*, std: str, eps: float) -> Chain:
     """GRPO (DeepSeekMath, arXiv 2402.03300): (r - mean_q r) / (std_q r + eps) of one scalar reward:
@@ -244,7 +262,9 @@ def length_zscore(*, alpha: float, wrong_reward: float, z_eps: float, std: str, 
 
 
 # ----------------------------------------------------------------------------- the field's length methods
-@recipe("l1_exact", config=L1ExactConfig, needs=ShaperNeeds(budgets=True), display="L1-Exact")
+@recipe(
+    "l1_exact", config=L1ExactConfig, needs=ShaperNeeds(budgets=True), display="L1-Exact", strength=L1_EXACT_STRENGTH
+)
 def l1_exact(*, alpha: float) -> Chain:
     """L1 / LCPO-Exact (arXiv 2503.04697; cmu-l3/l1 `math_reward.py`): r = c - alpha |n_gold - n_y|, then GRPO.
     Reads each rollout's budget n_gold (``batch.budgets``)."""
@@ -256,14 +276,16 @@ def l1_exact(*, alpha: float) -> Chain:
     )
 
 
-@recipe("l1_max", config=L1MaxConfig, needs=ShaperNeeds(budgets=True), display="L1-Max")
+@recipe("l1_max", config=L1MaxConfig, needs=ShaperNeeds(budgets=True), display="L1-Max", strength=L1_MAX_STRENGTH)
 def l1_max(*, alpha: float, delta: float, form: str) -> Chain:
     """L1 / LCPO-Max (arXiv 2503.04697; cmu-l3/l1 `math_reward.py`): r = c clip(delta + (alpha / 2)(n_gold -
     n_y), 0, 1) (the code's `get_delta_score_linear_both`; form="paper" gives the paper's slope alpha), then GRPO."""
     return Chain(L1MaxScore(alpha, delta, form, "l1_max"), GroupNormalise(namespace="l1_max"))
 
 
-@recipe("thinkprune", config=ThinkPruneConfig, display="ThinkPrune", trajectory=THINKPRUNE_CAP)
+@recipe(
+    "thinkprune", config=ThinkPruneConfig, display="ThinkPrune", trajectory=THINKPRUNE_CAP, strength=THINKPRUNE_STRENGTH
+)
 def thinkprune(*, max_length: int, schedule: tuple[tuple[int, int], ...]) -> Chain:
     """ThinkPrune (arXiv 2504.01296): r = 1[correct and l <= L_t], L_t = max_length, then each schedule pair's
     cap from its step on (the paper's rounds inside one run), then GRPO. State: the number of steps shaped."""
@@ -271,7 +293,7 @@ def thinkprune(*, max_length: int, schedule: tuple[tuple[int, int], ...]) -> Cha
     return Chain(cap, GroupNormalise(namespace="thinkprune"))
 
 
-@recipe("laser", config=LaserConfig, needs=ShaperNeeds(formatted=True), display="LASER")
+@recipe("laser", config=LaserConfig, needs=ShaperNeeds(formatted=True), display="LASER", strength=LASER_STRENGTH)
 def laser(*, alpha: float, target_length: int, base: str) -> Chain:
     """LASER (arXiv 2505.15612; hkust-nlp/Laser@c9e7c4ef `length_penalty.py`, `hf_math_verifier.py`):
     r = s + alpha 1[s = 1 and l <= L_T], s the official base score 1 correct / -0.5 wrong / -1 unformatted
@@ -285,6 +307,7 @@ def laser(*, alpha: float, target_length: int, base: str) -> Chain:
     needs=ShaperNeeds(monitor_rollouts=True, formatted=True),
     display="LASER-D",
     trajectory=LASER_D_TARGETS,
+    strength=LASER_D_STRENGTH,
 )
 def laser_d(
     *,
@@ -315,7 +338,14 @@ def laser_d(
     return Chain(LaserDBonus(config, "laser_d"), GroupNormalise(namespace="laser_d"))
 
 
-@recipe("dler", config=DlerConfig, needs=ShaperNeeds(truncated=True), own_penalties=("stop_properly",), display="DLER")
+@recipe(
+    "dler",
+    config=DlerConfig,
+    needs=ShaperNeeds(truncated=True),
+    own_penalties=("stop_properly",),
+    display="DLER",
+    strength=DLER_STRENGTH,
+)
 def dler(*, max_length: int, whiten: str, eps: float, stop_properly_coef: float | None, correct_boost: float) -> Chain:
     """DLER (arXiv 2510.15110; NVlabs/DLER@ea7d4f7b, verl-dler `core_algos.py` and the dapo reward manager):
     r = 1[correct and l <= L], times 0.1 where the response was truncated (``batch.truncated``, the official
@@ -332,13 +362,13 @@ def dler(*, max_length: int, whiten: str, eps: float, stop_properly_coef: float 
     return Chain(*parts)
 
 
-@recipe("alp", config=AlpConfig, display="ALP")
+@recipe("alp", config=AlpConfig, display="ALP", strength=ALP_STRENGTH)
 def alp(*, beta: float) -> Chain:
     """ALP (arXiv 2506.05256; no official code found): r = c - beta |y| max(p_solved, 1/K), then GRPO."""
     return Chain(SolveRateLength(beta), GroupNormalise(namespace="alp"))
 
 
-@recipe("adlp", config=AdlpConfig, display="A-DLP", trajectory=ADLP_WEIGHT)
+@recipe("adlp", config=AdlpConfig, display="A-DLP", trajectory=ADLP_WEIGHT, strength=ADLP_STRENGTH)
 def adlp(*, lambda0: float, eta: float, acc_ref: float) -> Chain:
     """A-DLP (arXiv 2505.18298; JinyanSu1/A-DLP `ray_trainer.py`): r = c - lambda_t l, then GRPO;
     lambda_{t+1} = max(0, lambda_t + eta (batch accuracy - acc_ref)). State: lambda (checkpointed, where the
@@ -348,7 +378,14 @@ def adlp(*, lambda0: float, eta: float, acc_ref: float) -> Chain:
     )
 
 
-@recipe("aalc", config=AalcConfig, needs=ShaperNeeds(validation_accuracy=True), display="AALC", trajectory=AALC_ALPHA)
+@recipe(
+    "aalc",
+    config=AalcConfig,
+    needs=ShaperNeeds(validation_accuracy=True),
+    display="AALC",
+    trajectory=AALC_ALPHA,
+    strength=AALC_STRENGTH,
+)
 def aalc(*, beta: float, c: float, l_max: float, a_target: float, precision: str) -> Chain:
     """AALC (arXiv 2506.20160; du-nlp-lab/AALC `length_reward.py`): r = alpha_t c + c_len R_len with
     a = min(1, A_val / A_target), alpha_t = 0.9 + 0.1 (1 - a), R_len = 1 - min(a^beta, min(1, l / l_max)); then
@@ -360,7 +397,7 @@ def aalc(*, beta: float, c: float, l_max: float, a_target: float, precision: str
     return Chain(AalcReward(config, "aalc"), normalise)
 
 
-@recipe("saw", config=SawConfig, needs=OPTIONAL_REWARDS, display="SAW")
+@recipe("saw", config=SawConfig, needs=OPTIONAL_REWARDS, display="SAW", strength=SAW_STRENGTH)
 def saw(
     *,
     mode: str,
@@ -385,7 +422,13 @@ def saw(
     return Chain(*head, DecoupledNormalise(grpo_eps, order="matmul"), BatchWhiten("token", whiten_eps))
 
 
-@recipe("gfpo", config=GfpoConfig, needs=ShaperNeeds(drops_rows=True, reward_channels="optional"), display="GFPO")
+@recipe(
+    "gfpo",
+    config=GfpoConfig,
+    needs=ShaperNeeds(drops_rows=True, reward_channels="optional"),
+    display="GFPO",
+    strength=GFPO_STRENGTH,
+)
 def gfpo(*, keep: int, by: str, eps: float, adaptive_keep: tuple[int, int, int, int] | None, history: int) -> Chain:
     """GFPO (arXiv 2508.09726; trl `experimental/gfpo`): keep the k best rollouts of each group (shortest, or
     highest reward per token; adaptive k per difficulty quartile), A = (r - mean_S) / (std_S + eps) on the kept

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from dynashape.shapers.base import Shaper, ShaperNeeds, Trajectory
+from dynashape.shapers.base import Shaper, ShaperNeeds, Strength, Trajectory
 
 __all__ = [
     "available_shapers",
@@ -16,6 +16,7 @@ __all__ = [
     "register_shaper",
     "shaper_class",
     "shaper_needs",
+    "shaper_strength",
     "shaper_trajectory",
 ]
 
@@ -56,6 +57,8 @@ def _check_declarations(name: str, cls: type[Shaper]) -> None:
         outside = [k for k in trajectory.keys if not k.startswith(f"{name}/")]
         if outside:
             raise ValueError(f"shaper {name!r}: trajectory key {outside[0]!r} is not in its namespace {name + '/'!r}")
+    if cls.strength is not None and not isinstance(cls.strength, Strength):
+        raise TypeError(f"shaper {name!r}: strength must be a Strength, got {cls.strength!r}")
     if not isinstance(cls.reference, bool):
         raise TypeError(f"shaper {name!r}: reference must be true or false, got {cls.reference!r}")
     other = [n for n, c in _REGISTRY.items() if c.reference and n != name]
@@ -133,6 +136,11 @@ def display_name(name: str) -> str:
 def shaper_trajectory(name: str) -> Trajectory | None:
     """The controller state shaper ``name`` logs every step (``Shaper.trajectory``); None: it has no controller."""
     return _lookup(name).trajectory
+
+
+def shaper_strength(name: str) -> Strength | None:
+    """The main knob of shaper ``name`` (``Shaper.strength``); None: it has none to sweep."""
+    return _lookup(name).strength
 
 
 def reference_shaper() -> str:

@@ -34,6 +34,7 @@ from typing import Any
 
 from dynashape.core.text import counted
 from dynashape.io import state
+from dynashape.shapers import reference_shaper
 from dynashape.study.claims import BEST_GLOBAL, GLOBAL_THRESHOLD_BASELINES
 from dynashape.study.plan_file import ComparisonPlan, committed_plans
 from dynashape.study.scheduler import Job, Outcome, Placement, default_jobs, prepare, require_ray, run_jobs
@@ -524,7 +525,7 @@ def _run_locked(
 
     # every run of the plan shares the base model; each seed and split has its own base evaluation
     every = [job(s) for s in plan.ready] + [
-        job(RunSpec(method="grpo", regime=r, seed=s)) for (r, _), ss in plan.waiting.items() for s in ss
+        job(RunSpec(method=reference_shaper(), regime=r, seed=s)) for (r, _), ss in plan.waiting.items() for s in ss
     ]
     where = f"Ray at {placement.address}" if _joins(placement) else "a local Ray"  # type: ignore[union-attr]
     jobs = "as many" if workers is None else str(workers)

@@ -12,7 +12,7 @@ eval.json (the registered evaluation) and metrics.jsonl, per regime:
 * ``versus_rows``: each frontier at each single row's own length, seed by seed, minus that row's accuracy;
 * ``which_when``: per matched length, the best-mean method and those whose difference from it covers 0;
 * ``at_budget``: L1's fixed-budget evaluation (eval.json ``at_budget``), per row and budget;
-* ``trajectories``: the controllers' logged state per step (``controls_results.TRAJECTORIES``), seed means.
+* ``trajectories``: the controllers' logged state per step (each shaper's declared trajectory), seed means.
 
 Descriptive: no claim is decided. A study still running gets the page of the runs it has; each frontier uses the
 seeds at which all its strengths finished, each paired difference the seeds both sides have.
@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from dynashape.study.controls_results import TRAJECTORIES
+from dynashape.shapers import shaper_trajectory
 from dynashape.study.frontier_math import accuracy_at, interval_record, matched_lengths, spans_everywhere
 from dynashape.study.plan_file import ComparisonPlan
 from dynashape.study.results import load_runs
+from dynashape.train.presets import PRESETS
 from dynashape.train.run_folder import read_metrics
 
 __all__ = ["build_frontier_results", "frontier_of", "sweep_rows"]
@@ -161,10 +162,11 @@ def _at_budget(rows: Sequence[str], runs: Mapping[str, Seeds]) -> list[dict[str,
 
 
 def _trajectories(out: Path, rows: Sequence[str], presets: Mapping[str, str], runs: Mapping[str, Seeds]) -> list:
-    """Per row whose shaper logs a controller (``TRAJECTORIES``): each key's seed mean per step."""
+    """Per row whose shaper logs a controller (its declared ``Shaper.trajectory``): each key's seed mean per step."""
     result = []
     for row in rows:
-        keys = TRAJECTORIES.get(presets[row], ())
+        declared = shaper_trajectory(PRESETS[presets[row]]["shaper"])  # what the row's method says it logs
+        keys = declared.keys if declared else ()
         if not keys or not runs.get(row):
             continue
         per_key: dict[str, dict[int, list[float]]] = {k: {} for k in keys}

@@ -39,6 +39,7 @@ from dynashape.study.claim_entries import parse_claims
 from dynashape.study.claims import BEST_GLOBAL, Claim, Part
 from dynashape.study.plan_checks import StudyFileError, as_int, as_name, fail
 from dynashape.study.plan_rows import parse_fixed, parse_rows
+from dynashape.study.roles import StudyRoles, parse_roles
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,7 +65,7 @@ NAMED_ROW_PAGES = ("generic", "frontiers")
 control such as GRPO with 16 rollouts)."""
 TOP_KEYS = (
     "name", "page", "report", "description", "seeds", "tune", "tuning_seeds", "eval", "rows", "baseline", "controls",
-    "decide", "alpha", "best_global", "claims", "frozen", "fixed", "warmup",
+    "decide", "alpha", "best_global", "claims", "frozen", "fixed", "warmup", "roles",
 )  # fmt: skip
 CONTROL_KEYS = ("folder", "rows")
 
@@ -116,6 +117,9 @@ class ComparisonPlan:
     """A JSON file of data fixed before the runs, beside the committed studies (``preregistration.frozen_data``)."""
     best_global: Mapping[str, str] = field(default_factory=dict)
     """regime -> the global-threshold baseline an earlier study chose, a control on the page (``BEST_GLOBAL``)."""
+    roles: StudyRoles | None = None
+    """What the study compares against (its ``[roles]`` table, ``study.roles``); None: an ad-hoc comparison's
+    defaults."""
 
     def preset(self, row: str) -> str:
         """The preset ``row`` trains (its own name unless ``presets`` names another)."""
@@ -198,6 +202,7 @@ def parse_plan(data: Mapping[str, Any], where: str) -> ComparisonPlan:
     if data["page"] == "generic" and any(BEST_GLOBAL in names for names in rows.values()):
         raise fail(where, "rows", BEST_GLOBAL, "the generic page reads rows by name; name the baseline you mean")
     baseline = _baseline(where, data.get("baseline"), data["page"], rows)
+    controls = _controls(where, data.get("controls"))
     claims, parts = ((), ())
     if "claims" in data or "decide" in data:
         claims, parts = parse_claims(where, data.get("claims"), data.get("decide"), rows)
@@ -215,13 +220,14 @@ def parse_plan(data: Mapping[str, Any], where: str) -> ComparisonPlan:
         presets=presets,
         baseline=baseline,
         report=report,
-        controls=_controls(where, data.get("controls")),
+        controls=controls,
         claims=claims,
         decide=data.get("decide"),
         parts=parts,
         alpha=_alpha(where, data.get("alpha", 0.05)),
         best_global=_best_global(where, data.get("best_global", {}), rows),
         frozen=_frozen(where, data.get("frozen")),
+        roles=parse_roles(where, data.get("roles"), rows, controls.get("rows", ())),
     )
 
 

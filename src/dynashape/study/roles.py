@@ -16,27 +16,18 @@ The table, with every key optional::
     labels = { dapo = "DAPO" }     # how a page names a row that is not a registered method's own name
 
 Every key is checked against the study's rows; an error names the file, the key and the value.
-
-Until ``plan_file.parse_plan`` reads the table (``TOP_KEYS`` refuses a key it does not know), a committed study's
-roles stand in ``studies/roles/<name>.toml`` (the table's keys at the top level) and ``roles_of`` reads them there.
+``plan_file.parse_plan`` reads the table into ``ComparisonPlan.roles``.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from dynashape.study.plan_checks import StudyFileError, fail
+from dynashape.study.plan_checks import fail
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
-__all__ = ["ROLE_KEYS", "StudyRoles", "parse_roles", "roles_file", "roles_of"]
+__all__ = ["ROLE_KEYS", "StudyRoles", "parse_roles", "roles_of"]
 
 ROLE_KEYS = ("control", "not_baselines", "sampling_control", "horizon", "example", "labels")
 
@@ -130,27 +121,8 @@ def parse_roles(where: str, value: Any, rows: Mapping[str, Sequence[str]], contr
     )
 
 
-def roles_file(name: str) -> Path:
-    """Where a committed study's roles stand until its study file holds them (the module docstring)."""
-    from dynashape.study.plan_file import studies_dir
-
-    return studies_dir() / "roles" / f"{name}.toml"
-
-
 def roles_of(plan: Any) -> StudyRoles:
-    """The roles of ``plan`` (a ``ComparisonPlan``, None for an ad-hoc comparison: every default): its parsed
-    ``roles`` once the plan holds them, else its committed study's roles file, else the defaults."""
-    if plan is None:
-        return parse_roles("an ad-hoc comparison", None, {})
-    declared = getattr(plan, "roles", None)
-    if isinstance(declared, StudyRoles):
-        return declared
-    controls = tuple((plan.controls or {}).get("rows", ()))
-    path = roles_file(str(plan.name)) if plan.name else None
-    if path is None or not path.is_file():
-        return parse_roles(f"study {plan.name!r}", None, plan.rows, controls)
-    try:
-        table = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise StudyFileError(f"{path}: not TOML: {err}") from None
-    return parse_roles(str(path), table, plan.rows, controls)
+    """The roles of ``plan`` (a ``ComparisonPlan``; None for an ad-hoc comparison: every default)."""
+    if plan is None or plan.roles is None:
+        return parse_roles("an ad-hoc comparison", None, {} if plan is None else plan.rows)
+    return plan.roles

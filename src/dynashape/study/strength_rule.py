@@ -13,10 +13,12 @@ of its main knob, set by this rule before any run and never tuned toward a metho
   nothing; GFPO keeping all 16 of its 16 rollouts is GRPO with 16), the three values are the paper's setting and
   two stronger steps.
 
-The knobs are the ones the issue that asked for the study names (ALP's beta, A-DLP's eta, LASER's target, SAW's
-second channel, DLER's cap, GFPO's k, L1's alpha, ThinkPrune's final cap), and for the two it does not name:
-LASER-D's grid of targets (its targets are chosen from the grid; ``expected_n_correct`` is not a strength: the
-code floors ``coverage * n_b``, so 0.5 and 1 choose alike) and AALC's length weight ``c``.
+Each method declares its knob (``Shaper.strength``, in ``shapers/recipes.py``), and the rule reads only its kind
+(``shapers.base.STRENGTH_KINDS``). The knobs are the ones the issue that asked for the study names (ALP's beta,
+A-DLP's eta, LASER's target, SAW's second channel, DLER's cap, GFPO's k, L1's alpha, ThinkPrune's final cap), and
+for the two it does not name: LASER-D's grid of targets (its targets are chosen from the grid;
+``expected_n_correct`` is not a strength: the code floors ``coverage * n_b``, so 0.5 and 1 choose alike) and
+AALC's length weight ``c``.
 ThinkPrune's rounds step from B to the final cap: its middle round's cap is their midpoint (the paper's 4000 ->
 3000 -> 2000 is B -> 3B/4 -> B/2).
 """
@@ -28,44 +30,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dynashape.train.field_presets import FIELD_METHODS, scaled_length
+from dynashape.shapers import Strength, shaper_strength
+from dynashape.train.field_presets import scaled_length
 from dynashape.train.presets import preset_values
 
-__all__ = ["KNOBS", "Knob", "Strengths", "strengths", "toml_row"]
-
-
-@dataclass(frozen=True)
-class Knob:
-    """A method's main knob: its key in ``--set`` form and which way is stronger."""
-
-    key: str
-    stronger: str
-    """"larger" (a coefficient on length) or "smaller" (a length, a count kept)."""
-    what: str
-    """What it is, for the page."""
-
-
-KNOBS: dict[str, Knob] = {
-    "l1_exact": Knob("shaper_kwargs.alpha", "larger", "alpha, the weight of the budget deviation"),
-    "l1_max": Knob("shaper_kwargs.alpha", "larger", "alpha, the weight of the budget excess"),
-    "thinkprune": Knob("shaper_kwargs.schedule", "smaller", "the final cap (its rounds: B, the midpoint, the cap)"),
-    "laser": Knob("shaper_kwargs.target_length", "smaller", "the target length L_T"),
-    "laser_d": Knob("shaper_kwargs.grid", "smaller", "the grid of targets, scaled"),
-    "dler": Knob("shaper_kwargs.max_length", "smaller", "the truncation cap L"),
-    "alp": Knob("shaper_kwargs.beta", "larger", "beta, the per-token penalty"),
-    "adlp": Knob("shaper_kwargs.eta", "larger", "eta, the step of the multiplier lambda"),
-    "aalc": Knob("shaper_kwargs.c", "larger", "c, the weight of the length reward"),
-    "saw": Knob("length_threshold", "smaller", "the length channel's threshold T"),
-    "gfpo": Knob("shaper_kwargs.keep", "smaller", "k, the shortest rollouts kept of 16"),
-}
-"""The field's methods -> the knob the frontier study sweeps."""
+__all__ = ["Strengths", "knob", "strengths", "toml_row"]
 
 
 @dataclass(frozen=True)
 class Strengths:
     """Three values of a method's knob, weakest first, and their names in the rows (None: the value itself)."""
 
-    knob: Knob
+    knob: Strength
     values: tuple[Any, ...]
     labels: tuple[str, ...] | None
     factors: tuple[float, ...]
@@ -76,34 +52,42 @@ def _round(x: float) -> int:
     return max(1, math.floor(x + 0.5))
 
 
-def strengths(method: str, budget: int, steps: int | None = None) -> Strengths:
-    """The three strengths of ``method``'s knob at training budget ``budget`` by the module's rule."""
-    if method not in KNOBS:
-        raise ValueError(f"method must be one of {', '.join(FIELD_METHODS)}, got {method!r}")
-    knob = KNOBS[method]
+def knob(method: str) -> Strength:
+    """Preset ``method``'s main knob: its shaper's declaration (``Shaper.strength``)."""
+    shaper = preset_values(method, 8)["shaper"]
+    declared = shaper_strength(shaper)
+    if declared is None:
+        raise ValueError(f"method {method!r} (shaper {shaper!r}) declares no strength to sweep (Shaper.strength)")
+    return declared
+
+
+def strengths(method: str, budget: int) -> Strengths:
+    """The three strengths of preset ``method``'s knob at training budget ``budget`` by the module's rule."""
+    k = knob(method)
     preset = preset_values(method, budget)
-    if knob.stronger == "larger":
-        paper = _get(preset, knob.key)
-        return Strengths(knob, (paper / 2, paper, paper * 2), None, (0.5, 1.0, 2.0))
+    if k.kind == "penalty":
+        paper = _get(preset, k.key)
+        return Strengths(k, (paper / 2, paper, paper * 2), None, (0.5, 1.0, 2.0))
     factors: tuple[float, ...] = (2.0, 1.0, 0.5)
-    if method == "thinkprune":
-        final = preset["shaper_kwargs"]["schedule"][-1][1]
+    if k.kind == "grid":  # its smallest target (B/4 at the paper's scale) is never inert
+        return _grid_strengths(k, budget, factors)
+    if k.kind == "final_cap":
+        schedule = _get(preset, k.key)
+        final = schedule[-1][1]
         if _round(2 * final) >= budget:
             factors = (1.0, 0.5, 0.25)
         caps = [_round(final * f) for f in factors]
-        rounds = [s for s, _ in preset["shaper_kwargs"]["schedule"]]
+        rounds = [s for s, _ in schedule]
         values = tuple(((rounds[0], _round((budget + c) / 2)), (rounds[1], c)) for c in caps)
-        return Strengths(knob, values, tuple(str(c) for c in caps), factors)
-    if method == "laser_d":
-        return _grid_strengths(knob, budget, factors)
-    paper = _get(preset, knob.key)
-    limit = preset.get("group_size", 8) if method == "gfpo" else budget
-    if _round(2 * paper) >= limit:
+        return Strengths(k, values, tuple(str(c) for c in caps), factors)
+    paper = _get(preset, k.key)
+    inert_at = preset.get("group_size", 8) if k.kind == "kept" else budget  # keeping all; a cap at the budget
+    if _round(2 * paper) >= inert_at:
         factors = (1.0, 0.5, 0.25)
-    return Strengths(knob, tuple(_round(paper * f) for f in factors), None, factors)
+    return Strengths(k, tuple(_round(paper * f) for f in factors), None, factors)
 
 
-def _grid_strengths(knob: Knob, budget: int, factors: Sequence[float]) -> Strengths:
+def _grid_strengths(knob: Strength, budget: int, factors: Sequence[float]) -> Strengths:
     """LASER-D: the paper's grid (4096..16384 by 1024 of 16384) scaled by each factor, then carried to B; its
     smallest target (B/4 at the paper's scale) is never inert, so the weaker step is always a doubling."""
     grids = tuple(
