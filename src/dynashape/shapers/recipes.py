@@ -53,84 +53,21 @@ from dynashape.methods.pass_rate import PassRateLinearConfig
 from dynashape.methods.saw import SawConfig
 from dynashape.methods.shorterbetter import ShorterBetterConfig
 from dynashape.methods.thinkprune import ThinkPruneConfig
-from dynashape.shapers.base import ShaperNeeds, Strength, Trajectory
-from dynashape.shapers.parts import (
-    AalcReward,
-    AdvantageAbsMean,
-    BaselineWhiten,
-    BatchWhiten,
-    BudgetDistance,
-    CappedCorrect,
-    Chain,
-    CorrectBoost,
-    Correctness,
-    CosineLength,
-    CVWeights,
-    DecoupledNormalise,
-    DistanceToShortest,
-    DualAscent,
-    EfficiencyMetrics,
-    Float32GroupNormalise,
-    GradedCorrectness,
-    GroupNormalise,
-    KeepBest,
-    KimiLength,
-    L1MaxScore,
-    LaserBonus,
-    LaserDBonus,
-    LeadEfficiency,
-    LengthPenalty,
-    LengthWithin,
-    LengthZscore,
-    Part,
-    PassRateLinear,
-    PSIWeights,
-    RewardColumns,
-    ScalarReward,
-    ScheduledCap,
-    SolveRateLength,
-    StaticWeights,
-    StopProperly,
-    SumRewardColumns,
-)
+from dynashape.shapers import declarations as declared
+from dynashape.shapers import parts
+from dynashape.shapers.base import ShaperNeeds
+from dynashape.shapers.parts import Chain, Part
 from dynashape.shapers.recipe import recipe
 
 OPTIONAL_REWARDS = ShaperNeeds(reward_channels="optional")
 
-# The controllers' state each logs every step (Shaper.trajectory), what a study plots over training.
-LEAD_WEIGHT = Trajectory(keys=("lead/lambda_l",), title="efficiency weight lambda_l")  # lambda_c = 1 - lambda_l
-THINKPRUNE_CAP = Trajectory(keys=("thinkprune/max_length",), title="length cap")  # ScheduledCap: the cap in force
-LASER_D_TARGETS = Trajectory(  # the grid lengths per difficulty (or the longest); low: groups below 1/3 accuracy
-    keys=("laser_d/target_low", "laser_d/target_medium", "laser_d/target_high"), title="targets; low = hardest groups"
-)
-ADLP_WEIGHT = Trajectory(keys=("adlp/lambda",), title="length weight lambda")  # DualAscent: the weight used that step
-AALC_ALPHA = Trajectory(keys=("aalc/alpha",), title="alpha_t")  # logged once a validation accuracy is known
-
 
 # ------------------------------------------------------------------------------------------ the GRPO family
-# The main knob of each length-control method, for a frontier study to sweep (study.strength_rule)
-L1_EXACT_STRENGTH = Strength(
-    key="shaper_kwargs.alpha", kind="penalty", what="alpha, the weight of the budget deviation"
-)
-L1_MAX_STRENGTH = Strength(key="shaper_kwargs.alpha", kind="penalty", what="alpha, the weight of the budget excess")
-THINKPRUNE_STRENGTH = Strength(
-    key="shaper_kwargs.schedule", kind="final_cap", what="the final cap (its rounds: B, the midpoint, the cap)"
-)
-LASER_STRENGTH = Strength(key="shaper_kwargs.target_length", kind="length", what="the target length L_T")
-LASER_D_STRENGTH = Strength(key="shaper_kwargs.grid", kind="grid", what="the grid of targets, scaled")
-DLER_STRENGTH = Strength(key="shaper_kwargs.max_length", kind="length", what="the truncation cap L")
-ALP_STRENGTH = Strength(key="shaper_kwargs.beta", kind="penalty", what="beta, the per-token penalty")
-ADLP_STRENGTH = Strength(key="shaper_kwargs.eta", kind="penalty", what="eta, the step of the multiplier lambda")
-AALC_STRENGTH = Strength(key="shaper_kwargs.c", kind="penalty", what="c, the weight of the length reward")
-SAW_STRENGTH = Strength(key="length_threshold", kind="length", what="the length channel's threshold T")
-GFPO_STRENGTH = Strength(key="shaper_kwargs.keep", kind="kept", what="k, the shortest rollouts kept of the group")
-
-
 @recipe("grpo", config=GrpoConfig, needs=OPTIONAL_REWARDS, display="GRPO", reference=True)
 def grpo(*, std: str, eps: float) -> Chain:
     """GRPO (DeepSeekMath, arXiv 2402.03300): (r - mean_q r) / (std_q r + eps) of one scalar reward:
     rewards[:, 0] if given (K must be 1), else correctness as 0/1; std="none" centres only (Dr. GRPO)."""
-    return Chain(ScalarReward("grpo"), GroupNormalise(std, eps, "grpo"))
+    return Chain(parts.ScalarReward("grpo"), parts.GroupNormalise(std, eps, "grpo"))
 
 
 @recipe("grpo_length", config=GrpoLengthConfig)
@@ -138,10 +75,10 @@ def grpo_length(*, mode: str, threshold: float, weights: tuple[float, float], ep
     """LEAD's scalarised length baseline (docs/algorithms.md "Baselines"): r = w_c c + w_l r_len with
     r_len = 1[l <= T] ("classic") or 1[correct and l <= T] ("conditioned"), then GRPO, no whitening."""
     return Chain(
-        Correctness(),
-        LengthWithin(threshold, conditioned=mode == "conditioned"),
-        StaticWeights(weights, "grpo_length"),
-        GroupNormalise("unbiased", eps, "grpo_length"),
+        parts.Correctness(),
+        parts.LengthWithin(threshold, conditioned=mode == "conditioned"),
+        parts.StaticWeights(weights, "grpo_length"),
+        parts.GroupNormalise("unbiased", eps, "grpo_length"),
     )
 
 
@@ -149,11 +86,11 @@ def grpo_length(*, mode: str, threshold: float, weights: tuple[float, float], ep
 def gdpo(*, weights: tuple[float, ...] | None, whiten: str, eps: float) -> Chain:
     """GDPO (NVlabs, arXiv 2601.05242): GRPO-normalise each reward column on its own, weighted sum, whiten."""
     return Chain(
-        RewardColumns("gdpo", required=True, metrics=True),
-        StaticWeights(weights, "gdpo"),
-        DecoupledNormalise(eps, order="columns"),
-        BatchWhiten(whiten),
-        AdvantageAbsMean("gdpo"),
+        parts.RewardColumns("gdpo", required=True, metrics=True),
+        parts.StaticWeights(weights, "gdpo"),
+        parts.DecoupledNormalise(eps, order="columns"),
+        parts.BatchWhiten(whiten),
+        parts.AdvantageAbsMean("gdpo"),
     )
 
 
@@ -162,15 +99,15 @@ def shorterbetter(*, alpha: float, beta: float, eps: float) -> Chain:
     """ShorterBetter (arXiv 2504.21370): SOL_q = shortest correct length of the group, or the group's mean
     length when none is correct; r = alpha c - beta |l - SOL_q|; GRPO normalisation."""
     return Chain(
-        Correctness(),
-        DistanceToShortest("shorterbetter"),
-        StaticWeights((alpha, beta), "shorterbetter"),
-        GroupNormalise("unbiased", eps, "shorterbetter"),
+        parts.Correctness(),
+        parts.DistanceToShortest("shorterbetter"),
+        parts.StaticWeights((alpha, beta), "shorterbetter"),
+        parts.GroupNormalise("unbiased", eps, "shorterbetter"),
     )
 
 
 # ----------------------------------------------------------------------------------------------------- LEAD
-@recipe("lead", config=LeadConfig, needs=OPTIONAL_REWARDS, display="LEAD", trajectory=LEAD_WEIGHT)
+@recipe("lead", config=LeadConfig, needs=OPTIONAL_REWARDS, display="LEAD", trajectory=declared.LEAD_WEIGHT)
 def lead(
     *,
     l_min: float,
@@ -187,14 +124,14 @@ def lead(
 ) -> Chain:
     """LEAD (arXiv 2605.09806, Algorithm 1; CrazyMint/LEAD `ray_trainer.compute_advantage`, branch `lead`): r_l
     from an online per-prompt target length, the declared extra reward columns, PSI-controlled weights (EMA and
-    floor), decoupled GRPO normalisation (one matrix-vector product, as the official code), BatchWhiten. State:
+    floor), decoupled GRPO normalisation (one matrix-vector product, as the official code), parts.BatchWhiten. State:
     the controller's EMA (``shaper.held("controller")`` reads it as a `PSIController`)."""
     return Chain(
-        Correctness(),
-        LeadEfficiency(l_min, b_max, target, efficiency, "lead"),
-        RewardColumns("lead", ranges=reward_ranges, required=False, metrics=False, declared=True),
-        EfficiencyMetrics("lead"),
-        PSIWeights(
+        parts.Correctness(),
+        parts.LeadEfficiency(l_min, b_max, target, efficiency, "lead"),
+        parts.RewardColumns("lead", ranges=reward_ranges, required=False, metrics=False, declared=True),
+        parts.EfficiencyMetrics("lead"),
+        parts.PSIWeights(
             alpha=alpha,
             beta=beta,
             lambda_min=lambda_min,
@@ -203,8 +140,8 @@ def lead(
             channels=2 + len(reward_ranges),
             namespace="lead",
         ),
-        DecoupledNormalise(1e-6, order="matmul"),
-        BatchWhiten(whiten),
+        parts.DecoupledNormalise(1e-6, order="matmul"),
+        parts.BatchWhiten(whiten),
     )
 
 
@@ -227,10 +164,10 @@ def cosine(
     """The cosine length-scaled reward (Yeo et al., arXiv 2502.03373; Hugging Face open-r1
     `get_cosine_scaled_reward`), then GRPO. An all-correct group ranks its rollouts by length (shorter better),
     an all-wrong group the other way (a longer wrong answer is punished less); equal lengths give 0."""
-    reward = CosineLength(
+    reward = parts.CosineLength(
         min_value_wrong, max_value_wrong, min_value_correct, max_value_correct, max_len, exceed_length, exceed_margin
     )
-    return Chain(reward, SumRewardColumns(), GroupNormalise(std, eps, "cosine"))
+    return Chain(reward, parts.SumRewardColumns(), parts.GroupNormalise(std, eps, "cosine"))
 
 
 @recipe("kimi_length", config=KimiLengthConfig, needs=OPTIONAL_REWARDS)
@@ -238,7 +175,7 @@ def kimi_length(*, weight: float, std: str, eps: float) -> Chain:
     """Kimi k1.5 (arXiv 2501.12599, "Length Penalty"): r = c + weight * lambda, lambda = 0.5 - (l - min_q l) /
     (max_q l - min_q l) for a correct answer, min(0, lambda) for a wrong one, min and max over each group (the
     paper's; open-r1's `len_reward` takes them over the whole batch and counts characters); then GRPO."""
-    return Chain(KimiLength(weight), SumRewardColumns(), GroupNormalise(std, eps, "kimi_length"))
+    return Chain(parts.KimiLength(weight), parts.SumRewardColumns(), parts.GroupNormalise(std, eps, "kimi_length"))
 
 
 @recipe("pass_rate_linear", config=PassRateLinearConfig, needs=OPTIONAL_REWARDS)
@@ -247,8 +184,8 @@ def pass_rate_linear(*, coef: float, budget: float, only_correct: bool, scale: s
     "Length rewards engines ship"): r = c - coef p_q l / budget, p_q the group's pass rate; then centring (prime-rl) or
     GRPO normalisation. PipelineRL's difficulty-aware overlong penalty is the same idea on DAPO's overlong term; it is
     not a method here."""
-    penalised = PassRateLinear(coef, budget, only_correct, scale)
-    return Chain(penalised, SumRewardColumns(), GroupNormalise(std, eps, "pass_rate_linear"))
+    penalised = parts.PassRateLinear(coef, budget, only_correct, scale)
+    return Chain(penalised, parts.SumRewardColumns(), parts.GroupNormalise(std, eps, "pass_rate_linear"))
 
 
 @recipe("length_zscore", config=LengthZscoreConfig, needs=OPTIONAL_REWARDS)
@@ -257,48 +194,60 @@ def length_zscore(*, alpha: float, wrong_reward: float, z_eps: float, std: str, 
     then GRPO. Only this reward: not GRPO-LEAD's difficulty reweighting or training stages, nor its code's gate
     that skips the scaling where a group's three shortest answers average at most 4000 tokens; a group of one
     gets 0 here (the code: r / (1 + eps))."""
-    reward = LengthZscore(alpha, wrong_reward, z_eps)
-    return Chain(reward, SumRewardColumns(), GroupNormalise(std, eps, "length_zscore"))
+    reward = parts.LengthZscore(alpha, wrong_reward, z_eps)
+    return Chain(reward, parts.SumRewardColumns(), parts.GroupNormalise(std, eps, "length_zscore"))
 
 
 # ----------------------------------------------------------------------------- the field's length methods
 @recipe(
-    "l1_exact", config=L1ExactConfig, needs=ShaperNeeds(budgets=True), display="L1-Exact", strength=L1_EXACT_STRENGTH
+    "l1_exact",
+    config=L1ExactConfig,
+    needs=ShaperNeeds(budgets=True),
+    display="L1-Exact",
+    strength=declared.L1_EXACT_STRENGTH,
 )
 def l1_exact(*, alpha: float) -> Chain:
     """L1 / LCPO-Exact (arXiv 2503.04697; cmu-l3/l1 `math_reward.py`): r = c - alpha |n_gold - n_y|, then GRPO.
     Reads each rollout's budget n_gold (``batch.budgets``)."""
     return Chain(
-        Correctness(),
-        BudgetDistance("l1_exact"),
-        StaticWeights((1.0, alpha), "l1_exact"),
-        GroupNormalise(namespace="l1_exact"),
+        parts.Correctness(),
+        parts.BudgetDistance("l1_exact"),
+        parts.StaticWeights((1.0, alpha), "l1_exact"),
+        parts.GroupNormalise(namespace="l1_exact"),
     )
 
 
-@recipe("l1_max", config=L1MaxConfig, needs=ShaperNeeds(budgets=True), display="L1-Max", strength=L1_MAX_STRENGTH)
+@recipe(
+    "l1_max", config=L1MaxConfig, needs=ShaperNeeds(budgets=True), display="L1-Max", strength=declared.L1_MAX_STRENGTH
+)
 def l1_max(*, alpha: float, delta: float, form: str) -> Chain:
     """L1 / LCPO-Max (arXiv 2503.04697; cmu-l3/l1 `math_reward.py`): r = c clip(delta + (alpha / 2)(n_gold -
     n_y), 0, 1) (the code's `get_delta_score_linear_both`; form="paper" gives the paper's slope alpha), then GRPO."""
-    return Chain(L1MaxScore(alpha, delta, form, "l1_max"), GroupNormalise(namespace="l1_max"))
+    return Chain(parts.L1MaxScore(alpha, delta, form, "l1_max"), parts.GroupNormalise(namespace="l1_max"))
 
 
 @recipe(
-    "thinkprune", config=ThinkPruneConfig, display="ThinkPrune", trajectory=THINKPRUNE_CAP, strength=THINKPRUNE_STRENGTH
+    "thinkprune",
+    config=ThinkPruneConfig,
+    display="ThinkPrune",
+    trajectory=declared.THINKPRUNE_CAP,
+    strength=declared.THINKPRUNE_STRENGTH,
 )
 def thinkprune(*, max_length: int, schedule: tuple[tuple[int, int], ...]) -> Chain:
     """ThinkPrune (arXiv 2504.01296): r = 1[correct and l <= L_t], L_t = max_length, then each schedule pair's
     cap from its step on (the paper's rounds inside one run), then GRPO. State: the number of steps shaped."""
-    cap = ScheduledCap(ThinkPruneConfig(max_length=max_length, schedule=schedule), "thinkprune")
-    return Chain(cap, GroupNormalise(namespace="thinkprune"))
+    cap = parts.ScheduledCap(ThinkPruneConfig(max_length=max_length, schedule=schedule), "thinkprune")
+    return Chain(cap, parts.GroupNormalise(namespace="thinkprune"))
 
 
-@recipe("laser", config=LaserConfig, needs=ShaperNeeds(formatted=True), display="LASER", strength=LASER_STRENGTH)
+@recipe(
+    "laser", config=LaserConfig, needs=ShaperNeeds(formatted=True), display="LASER", strength=declared.LASER_STRENGTH
+)
 def laser(*, alpha: float, target_length: int, base: str) -> Chain:
     """LASER (arXiv 2505.15612; hkust-nlp/Laser@c9e7c4ef `length_penalty.py`, `hf_math_verifier.py`):
     r = s + alpha 1[s = 1 and l <= L_T], s the official base score 1 correct / -0.5 wrong / -1 unformatted
     (reads ``batch.formatted``; ``base="binary"`` for the paper's 0/1), then GRPO."""
-    return Chain(LaserBonus(alpha, target_length, base, "laser"), GroupNormalise(namespace="laser"))
+    return Chain(parts.LaserBonus(alpha, target_length, base, "laser"), parts.GroupNormalise(namespace="laser"))
 
 
 @recipe(
@@ -306,8 +255,8 @@ def laser(*, alpha: float, target_length: int, base: str) -> Chain:
     config=LaserDConfig,
     needs=ShaperNeeds(monitor_rollouts=True, formatted=True),
     display="LASER-D",
-    trajectory=LASER_D_TARGETS,
-    strength=LASER_D_STRENGTH,
+    trajectory=declared.LASER_D_TARGETS,
+    strength=declared.LASER_D_STRENGTH,
 )
 def laser_d(
     *,
@@ -335,7 +284,7 @@ def laser_d(
         round_method=round_method,  # type: ignore[arg-type]
         base=base,  # type: ignore[arg-type]
     )
-    return Chain(LaserDBonus(config, "laser_d"), GroupNormalise(namespace="laser_d"))
+    return Chain(parts.LaserDBonus(config, "laser_d"), parts.GroupNormalise(namespace="laser_d"))
 
 
 @recipe(
@@ -344,7 +293,7 @@ def laser_d(
     needs=ShaperNeeds(truncated=True),
     own_penalties=("stop_properly",),
     display="DLER",
-    strength=DLER_STRENGTH,
+    strength=declared.DLER_STRENGTH,
 )
 def dler(*, max_length: int, whiten: str, eps: float, stop_properly_coef: float | None, correct_boost: float) -> Chain:
     """DLER (arXiv 2510.15110; NVlabs/DLER@ea7d4f7b, verl-dler `core_algos.py` and the dapo reward manager):
@@ -353,28 +302,31 @@ def dler(*, max_length: int, whiten: str, eps: float, stop_properly_coef: float 
     (r - group mean), verl's ``reinforce_plus_plus_baseline``, plus 0.1 for the responses scoring 1 before the
     multiplier (the official run's advantage boost; ``correct_boost=0`` for none). Refuses a batch without
     ``truncated``, and the ``stop_properly`` keyword (it applies its own)."""
-    parts: list[Part] = [CappedCorrect(max_length)]
+    steps: list[Part] = [parts.CappedCorrect(max_length)]
     if stop_properly_coef is not None:
-        parts.append(StopProperly(stop_properly_coef, namespace="dler"))
-    parts.append(BaselineWhiten(whiten, eps, "dler"))
+        steps.append(parts.StopProperly(stop_properly_coef, namespace="dler"))
+    steps.append(parts.BaselineWhiten(whiten, eps, "dler"))
     if correct_boost:
-        parts.append(CorrectBoost(correct_boost, "dler"))
-    return Chain(*parts)
+        steps.append(parts.CorrectBoost(correct_boost, "dler"))
+    return Chain(*steps)
 
 
-@recipe("alp", config=AlpConfig, display="ALP", strength=ALP_STRENGTH)
+@recipe("alp", config=AlpConfig, display="ALP", strength=declared.ALP_STRENGTH)
 def alp(*, beta: float) -> Chain:
     """ALP (arXiv 2506.05256; no official code found): r = c - beta |y| max(p_solved, 1/K), then GRPO."""
-    return Chain(SolveRateLength(beta), GroupNormalise(namespace="alp"))
+    return Chain(parts.SolveRateLength(beta), parts.GroupNormalise(namespace="alp"))
 
 
-@recipe("adlp", config=AdlpConfig, display="A-DLP", trajectory=ADLP_WEIGHT, strength=ADLP_STRENGTH)
+@recipe("adlp", config=AdlpConfig, display="A-DLP", trajectory=declared.ADLP_WEIGHT, strength=declared.ADLP_STRENGTH)
 def adlp(*, lambda0: float, eta: float, acc_ref: float) -> Chain:
     """A-DLP (arXiv 2505.18298; JinyanSu1/A-DLP `ray_trainer.py`): r = c - lambda_t l, then GRPO;
     lambda_{t+1} = max(0, lambda_t + eta (batch accuracy - acc_ref)). State: lambda (checkpointed, where the
     official code resets it at every start). Logs ``adlp/lambda``."""
     return Chain(
-        Correctness(), LengthPenalty(), DualAscent(lambda0, eta, acc_ref, "adlp"), GroupNormalise(namespace="adlp")
+        parts.Correctness(),
+        parts.LengthPenalty(),
+        parts.DualAscent(lambda0, eta, acc_ref, "adlp"),
+        parts.GroupNormalise(namespace="adlp"),
     )
 
 
@@ -383,8 +335,8 @@ def adlp(*, lambda0: float, eta: float, acc_ref: float) -> Chain:
     config=AalcConfig,
     needs=ShaperNeeds(validation_accuracy=True),
     display="AALC",
-    trajectory=AALC_ALPHA,
-    strength=AALC_STRENGTH,
+    trajectory=declared.AALC_ALPHA,
+    strength=declared.AALC_STRENGTH,
 )
 def aalc(*, beta: float, c: float, l_max: float, a_target: float, precision: str) -> Chain:
     """AALC (arXiv 2506.20160; du-nlp-lab/AALC `length_reward.py`): r = alpha_t c + c_len R_len with
@@ -393,11 +345,15 @@ def aalc(*, beta: float, c: float, l_max: float, a_target: float, precision: str
     precision="float32" (the default, the official code's): the reward and GRPO in float32 as AALC's code
     computes them (a group of one: r / (1 + 1e-6)); "float64": the formula unrounded, the library's GRPO."""
     config = AalcConfig(beta=beta, c=c, l_max=l_max, a_target=a_target, precision=precision)  # type: ignore[arg-type]
-    normalise = Float32GroupNormalise(namespace="aalc") if precision == "float32" else GroupNormalise(namespace="aalc")
-    return Chain(AalcReward(config, "aalc"), normalise)
+    normalise = (
+        parts.Float32GroupNormalise(namespace="aalc")
+        if precision == "float32"
+        else parts.GroupNormalise(namespace="aalc")
+    )
+    return Chain(parts.AalcReward(config, "aalc"), normalise)
 
 
-@recipe("saw", config=SawConfig, needs=OPTIONAL_REWARDS, display="SAW", strength=SAW_STRENGTH)
+@recipe("saw", config=SawConfig, needs=OPTIONAL_REWARDS, display="SAW", strength=declared.SAW_STRENGTH)
 def saw(
     *,
     mode: str,
@@ -413,13 +369,13 @@ def saw(
     by +3 for its CV). mode "grpo": GRPO on sum_k w_k r_k; "gdpo": sum_k w_k A_k of per-channel GRPO, then
     token-whitened. SAW's code sums the weighted channels as one matrix-vector product."""
     if correctness_column is None:  # the documented fallback: channel 0 is the 0/1 verdict
-        channels: tuple[Part, ...] = (Correctness(), RewardColumns("saw", required=False, metrics=False))
+        channels: tuple[Part, ...] = (parts.Correctness(), parts.RewardColumns("saw", required=False, metrics=False))
     else:  # the official channel 0: ToolRL's graded correctness in [-3, 3]
-        channels = (GradedCorrectness(correctness_column, "saw"),)
-    head = (*channels, CVWeights(eps, correctness_offset, "saw"))
+        channels = (parts.GradedCorrectness(correctness_column, "saw"),)
+    head = (*channels, parts.CVWeights(eps, correctness_offset, "saw"))
     if mode == "grpo":
-        return Chain(*head, GroupNormalise(eps=grpo_eps, namespace="saw", order="matmul"))
-    return Chain(*head, DecoupledNormalise(grpo_eps, order="matmul"), BatchWhiten("token", whiten_eps))
+        return Chain(*head, parts.GroupNormalise(eps=grpo_eps, namespace="saw", order="matmul"))
+    return Chain(*head, parts.DecoupledNormalise(grpo_eps, order="matmul"), parts.BatchWhiten("token", whiten_eps))
 
 
 @recipe(
@@ -427,7 +383,7 @@ def saw(
     config=GfpoConfig,
     needs=ShaperNeeds(drops_rows=True, reward_channels="optional"),
     display="GFPO",
-    strength=GFPO_STRENGTH,
+    strength=declared.GFPO_STRENGTH,
 )
 def gfpo(*, keep: int, by: str, eps: float, adaptive_keep: tuple[int, int, int, int] | None, history: int) -> Chain:
     """GFPO (arXiv 2508.09726; trl `experimental/gfpo`): keep the k best rollouts of each group (shortest, or
@@ -435,4 +391,6 @@ def gfpo(*, keep: int, by: str, eps: float, adaptive_keep: tuple[int, int, int, 
     rows, 0 elsewhere; ``Shaped.keep`` marks the kept rows so the loss drops the others. The reward is the
     batch's single reward column if given, else correctness."""
     config = GfpoConfig(keep=keep, by=by, eps=eps, adaptive_keep=adaptive_keep, history=history)  # type: ignore[arg-type]
-    return Chain(ScalarReward("gfpo"), KeepBest(config, "gfpo"), GroupNormalise(eps=eps, namespace="gfpo"))
+    return Chain(
+        parts.ScalarReward("gfpo"), parts.KeepBest(config, "gfpo"), parts.GroupNormalise(eps=eps, namespace="gfpo")
+    )
