@@ -36,7 +36,8 @@ from dynashape.core.text import counted
 from dynashape.io import state
 from dynashape.study.claims import BEST_GLOBAL, GLOBAL_THRESHOLD_BASELINES
 from dynashape.study.plan_file import ComparisonPlan, committed_plans
-from dynashape.study.scheduler import Job, Outcome, Placement, default_jobs, prepare, require_ray, run_jobs
+from dynashape.study.ray_tasks import Placement, default_jobs, require_ray
+from dynashape.study.scheduler import Job, Outcome, prepare, run_jobs
 from dynashape.train.config import RunConfig
 from dynashape.train.presets import make_train_config, tuning_grids, tuning_overrides
 from dynashape.train.run_folder import read_history
