@@ -18,7 +18,6 @@ MAX_MODULE_LINES = 400
 # Still to split (issue 48); each a step of its own. None left: a new one is split before it lands.
 LONG_FUNCTIONS: set[str] = set()
 LONG_MODULES = {  # over 400 lines (none over 600): one idea each, still to split
-    "integrations/trl/__init__.py",
     "train/loop.py",
 }
 
