@@ -48,7 +48,7 @@ __all__ = [
     "train_sections",
 ]
 
-# Reward columns a preset can hand to its shaper as ``RolloutBatch.rewards`` (see loop.reward_columns):
+# Reward columns a preset can hand to its shaper as ``RolloutBatch.rewards`` (see reward_columns.reward_columns):
 # correct = verifier verdict 1/0; overlong = DAPO overlong penalty alone (MEDS adds its columns to the
 # correctness it reads itself); correct_overlong = correct + overlong (one scalar, for grpo);
 # correct_short = 1[correct and length <= length_threshold].
