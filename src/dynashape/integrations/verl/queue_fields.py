@@ -16,7 +16,8 @@ import torch
 
 from dynashape.core.batch import RolloutBatch
 from dynashape.integrations._prompts import prompt_key_of
-from dynashape.integrations.verl.convert import flags_from_info, group_ids_from_index
+from dynashape.integrations.convert import group_ids_from_index
+from dynashape.integrations.verl.convert import flags_from_info
 from dynashape.integrations.verl.estimators import EstimatorExtras, correct_from_acc
 
 __all__ = [
