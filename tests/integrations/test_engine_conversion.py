@@ -18,7 +18,7 @@ from dynashape import RolloutBatch, get_shaper
 from dynashape.integrations._post_import import when_imported
 from dynashape.integrations._prompts import prompt_key_of, prompt_text
 from dynashape.integrations.verl import estimators as ve
-from dynashape.integrations.verl.trainer import extras_from_fields
+from dynashape.integrations.verl.queue_fields import extras_from_fields
 
 
 def test_group_ids_from_uids_hand_worked():

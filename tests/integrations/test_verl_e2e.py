@@ -57,6 +57,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 import verl_cpu_harness  # noqa: E402
+from tiny_policy import fit_tiny_policy  # noqa: E402
 
 from dynashape import RolloutBatch, get_shaper  # noqa: E402
 
@@ -144,61 +145,9 @@ QUESTIONS = [
 
 
 def _fit_policy(out: Path) -> None:
-    """A 2-layer Qwen2 (hidden 64) with SmolLM2's tokenizer, fitted for a few seconds to answer
-    ``...:\\n\\boxed{3}`` or ``\\boxed{4}`` after a varying preamble (mixed verdicts and lengths)."""
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-
-    from dynashape.runtime.models import packaged_gguf
-
-    gguf = packaged_gguf("smollm2")
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    config = Qwen2Config(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        tie_word_embeddings=False,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(config)
-        gen = torch.Generator().manual_seed(0)
-        rows = []
-        for question, _ in QUESTIONS:
-            prompt = tok.apply_chat_template(
-                [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
-            )
-            for preamble in ("", "So ", "So, so "):
-                for digit in "34":
-                    text = f"{preamble}the answer is:\n\\boxed{{{digit}}}"
-                    p = tok(prompt, add_special_tokens=False)["input_ids"]
-                    r = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-                    rows.append((p, r))
-        optim = torch.optim.Adam(model.parameters(), lr=3e-3)
-        for _ in range(120):
-            pick = torch.randint(len(rows), (8,), generator=gen)
-            seqs = [rows[i][0] + rows[i][1] for i in pick]
-            width = max(map(len, seqs))
-            ids = torch.full((8, width), tok.pad_token_id, dtype=torch.long)
-            labels = torch.full((8, width), -100, dtype=torch.long)
-            for j, i in enumerate(pick):
-                p, r = rows[i]
-                ids[j, : len(p) + len(r)] = torch.tensor(p + r)
-                labels[j, len(p) : len(p) + len(r)] = torch.tensor(r)
-            loss = model(input_ids=ids, labels=labels).loss
-            optim.zero_grad()
-            loss.backward()
-            optim.step()
-    model.save_pretrained(str(out))
-    tok.save_pretrained(str(out))
+    """The shared tiny policy (tiny_policy.py), fitted to answer ``...:\\n\\boxed{3}`` or ``\\boxed{4}`` after a
+    varying preamble (mixed verdicts and lengths)."""
+    fit_tiny_policy(out, QUESTIONS, lambda digit: f"\\boxed{{{digit}}}")
 
 
 def _write_data(out: Path) -> None:

@@ -300,7 +300,7 @@ def test_trainer_mode_reads_the_rollout_response_length_first(make_trainer, stor
     cfg = config(
         tmp_path, "grpo_length", data__max_response_length=4000, actor_rollout_ref__rollout__response_length=30
     )
-    from dynashape.integrations.verl.trainer import max_response_length
+    from dynashape.integrations.verl.queue_fields import max_response_length
 
     assert max_response_length(cfg) == 30
     assert max_response_length(config(tmp_path, "dler", data__max_response_length=64)) == 64

@@ -289,9 +289,9 @@ def test_seeds_are_a_list_or_a_count(text, seeds):
 
 
 def test_best_global_waits_for_both_tunings_and_takes_the_higher_validation_aes():
-    from dynashape.study.compare import _Tuning
+    from dynashape.study.tuning import RunOrder
 
-    plan = _Tuning({"loose": ("grpo", "best_global")}, [0, 1], 1, True, {})
+    plan = RunOrder({"loose": ("grpo", "best_global")}, [0, 1], 1, True, {})
     assert sorted({s.method for s in plan.ready}) == ["gdpo", "grpo", "grpo_length"]
     assert plan.expected == 2 + 3 + 3 + 2 and list(plan.waiting) == [("loose", "best_global")]
     aes = {"grpo_length": [0.1, 0.2, 0.15], "gdpo": [0.3, 0.1, 0.1]}
@@ -356,9 +356,9 @@ def test_the_command_killed_for_real_resumes(base_cache, tmp_path):
 
 
 def test_runs_start_seed_major_so_a_stopped_comparison_holds_paired_seeds():
-    from dynashape.study.compare import _Tuning
+    from dynashape.study.tuning import RunOrder
 
-    plan = _Tuning({"tight": ("grpo", "lead", "shorterbetter"), "loose": ("grpo",)}, [3, 0, 1], 2, True, {})
+    plan = RunOrder({"tight": ("grpo", "lead", "shorterbetter"), "loose": ("grpo",)}, [3, 0, 1], 2, True, {})
     ranks = [([3, 0, 1].index(s.seed) if s.split == "test" else s.seed - 100) for s in plan.ready]
     assert ranks == sorted(ranks)  # every row's first seed, then every row's second, ...
     first = [(s.regime, s.method, s.split) for s in plan.ready if s.seed in (3, 100)]
@@ -404,10 +404,10 @@ def test_a_superset_killed_before_it_reaches_earlier_runs_keeps_their_records(tm
 
 
 def test_a_row_can_take_fewer_seeds_and_a_fixed_value_without_tuning():
-    from dynashape.study.compare import _Tuning
+    from dynashape.study.tuning import RunOrder
 
     fixed = {"tight/grpo_length": {"shaper_kwargs": {"threshold": 25}}}
-    plan = _Tuning(
+    plan = RunOrder(
         {"tight": ("grpo", "grpo_length", "gdpo")}, [5, 6, 7], 2, False, {}, row_seeds={"tight/gdpo": 1}, fixed=fixed
     )
     by_row = {}
@@ -419,7 +419,7 @@ def test_a_row_can_take_fewer_seeds_and_a_fixed_value_without_tuning():
     assert all(s.overrides == fixed["tight/grpo_length"] and s.split == "test" for s in by_row["grpo_length"])
     assert not plan.waiting and not plan.groups  # no tuning for the fixed row, none asked for the others
     # with tuning on, a fixed row is still not tuned while the other tuned row is
-    tuned = _Tuning({"tight": ("grpo_length", "gdpo")}, [5], 1, True, {}, fixed=fixed)
+    tuned = RunOrder({"tight": ("grpo_length", "gdpo")}, [5], 1, True, {}, fixed=fixed)
     assert set(tuned.groups) == {("tight", "gdpo")} and set(tuned.waiting) == {("tight", "gdpo")}
 
 

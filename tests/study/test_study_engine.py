@@ -22,7 +22,8 @@ from test_compare import TINY_TRAIN, _template, tiny_set_args
 
 from dynashape.io import state
 from dynashape.study.compare import RunSpec, run_comparison, spec_config
-from dynashape.study.scheduler import Job, Placement, run_jobs
+from dynashape.study.ray_tasks import Placement
+from dynashape.study.scheduler import Job, run_jobs
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the stand-in runners below run on workers
 
@@ -114,7 +115,7 @@ def _writes_elsewhere(cfg, run_dir):
     state.write_json(run_dir / "eval.json", _FAKE_EVAL)
     state.write_text(run_dir / "metrics.jsonl", '{"step": 1}\n')
     out = {"eval": _FAKE_EVAL, "resumed_from": None}
-    # _task reads the folder after this returns: hand it a copy, as if the disk were elsewhere
+    # run_task reads the folder after this returns: hand it a copy, as if the disk were elsewhere
     shutil.move(run_dir, run_dir.with_name("elsewhere"))
     shutil.copytree(run_dir.with_name("elsewhere"), run_dir, ignore=shutil.ignore_patterns("checkpoints"))
     return out
@@ -288,7 +289,7 @@ def test_placement_checks_and_sizes():
         Placement(gpus_per_run=-1)
     assert Placement(cpus_per_run=0.5).cpus(4) == 0.5
     assert Placement(address="auto").cpus(4) == 1.0
-    from dynashape.study.scheduler import default_jobs
+    from dynashape.study.ray_tasks import default_jobs
 
     assert Placement().cpus(1) == default_jobs() and Placement().cpus(10**6) == 1.0
 

@@ -15,7 +15,8 @@ import yaml
 from dynashape import cli
 from dynashape.cli import commands as cli_commands
 from dynashape.io.provenance import code_version
-from dynashape.study.compare import COMPARISON_PLAN, _trained_by
+from dynashape.study.compare import COMPARISON_PLAN
+from dynashape.study.comparison_folder import trained_by
 from dynashape.train.config import WarmupConfig
 from dynashape.train.run import train
 from dynashape.train.run_folder import read_history
@@ -60,7 +61,7 @@ def test_history_records_every_invocation_and_its_code(tiny_config, parity_verif
     assert all(h["torch"] == torch.__version__ and h["cpu"] for h in history)
     train(cfg, tmp_path / "run", progress=False, verifier=parity_verifier, report=False)  # finished: no line
     assert len(read_history(tmp_path / "run")) == 2
-    record = _trained_by(tmp_path / "run")
+    record = trained_by(tmp_path / "run")
     assert record["resumes"] == [2]
     assert len(record["commits"]) == 1
 

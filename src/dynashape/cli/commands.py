@@ -139,7 +139,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from dynashape.study.compare import ComparisonPlan, plan_rows, run_comparison
     from dynashape.study.pages import PAGES
     from dynashape.study.plan_file import find_plan
-    from dynashape.study.scheduler import Placement
+    from dynashape.study.ray_tasks import Placement
 
     plan, study_file = find_plan(args.plan) if args.plan else (None, None)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None

@@ -20,6 +20,9 @@ import torch
 
 __all__ = ["RolloutBatch", "group_ids_from_uids"]
 
+# Refuses a field whose rows or device differ from group_ids's (built per batch in __post_init__).
+_RowCheck = Callable[[str, torch.Tensor], None]
+
 
 def _as_tensor(field: str, value: Any) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
@@ -62,7 +65,7 @@ def _require_finite(field: str, t: torch.Tensor) -> None:
         raise ValueError(f"{field} has a non-finite value {t[idx].item()!r} at index {_fmt_index(idx)}")
 
 
-def _flags(field: str, value: Any, check_rows: Callable[[str, torch.Tensor], None]) -> torch.Tensor:
+def _flags(field: str, value: Any, check_rows: _RowCheck) -> torch.Tensor:
     """A 1-D bool [N] from a BoolTensor or an exactly 0/1 tensor (verdicts, truncation, format)."""
     t = _as_tensor(field, value)
     if t.dim() != 1:
@@ -77,6 +80,61 @@ def _flags(field: str, value: Any, check_rows: Callable[[str, torch.Tensor], Non
         idx = _first_index(bad)
         raise ValueError(f"{field} must be boolean or 0/1, got {t[idx].item()!r} at index {_fmt_index(idx)}")
     return t != 0
+
+
+def _token_counts(field: str, value: Any, check_rows: _RowCheck) -> torch.Tensor:
+    """A 1-D integer [N] of token counts (lengths, budgets): non-negative, no silent cast from floats."""
+    t = _as_tensor(field, value)
+    if t.dim() != 1:
+        raise ValueError(f"{field} must be 1-D [N], got shape {tuple(t.shape)}")
+    check_rows(field, t)
+    if t.is_floating_point():
+        _require_finite(field, t)
+    t = _require_integer(field, t)
+    neg = t < 0
+    if bool(neg.any()):
+        idx = _first_index(neg)
+        raise ValueError(f"{field} has a negative value {t[idx].item()} at index {_fmt_index(idx)}")
+    return t
+
+
+def _rewards(value: Any, check_rows: _RowCheck) -> torch.Tensor:
+    """The extra reward channels as a float [N, K], K >= 1, every value finite."""
+    rewards = _as_tensor("rewards", value)
+    if rewards.dim() != 2 or rewards.shape[1] == 0:
+        raise ValueError(f"rewards must be 2-D [N, K] with K >= 1, got shape {tuple(rewards.shape)}")
+    check_rows("rewards", rewards)
+    if not rewards.is_floating_point():
+        raise ValueError(f"rewards must have a floating dtype, got {rewards.dtype}")
+    _require_finite("rewards", rewards)
+    return rewards
+
+
+def _prompt_keys(value: Any, n: int) -> tuple[str, ...]:
+    """N prompt keys as a tuple of str (a lone string is refused: it would read as N one-letter keys)."""
+    if isinstance(value, (str, bytes)):
+        raise ValueError("prompt_keys must be a sequence of N str, got a single string")
+    prompt_keys = tuple(value)
+    if len(prompt_keys) != n:
+        raise ValueError(f"prompt_keys has {len(prompt_keys)} entries but group_ids has {n}")
+    for i, key in enumerate(prompt_keys):
+        if not isinstance(key, str):
+            raise ValueError(f"prompt_keys[{i}] must be str, got {type(key).__name__}")
+    return prompt_keys
+
+
+def _fingerprints(value: Any, check_rows: _RowCheck) -> torch.Tensor:
+    """Fingerprints as a float [N, D], D >= 1; a row of all NaN is legal and means "no fingerprint"."""
+    fingerprints = _as_tensor("fingerprints", value)
+    if fingerprints.dim() != 2 or fingerprints.shape[1] == 0:
+        raise ValueError(f"fingerprints must be 2-D [N, D] with D >= 1, got shape {tuple(fingerprints.shape)}")
+    check_rows("fingerprints", fingerprints)
+    if not fingerprints.is_floating_point():
+        raise ValueError(f"fingerprints must have a floating dtype, got {fingerprints.dtype}")
+    # A whole NaN row means "no fingerprint"; anything else non-finite is corrupt data.
+    nan_row = torch.isnan(fingerprints).all(dim=1, keepdim=True)
+    _require_finite("fingerprints", torch.where(nan_row, 0.0, fingerprints))
+    return fingerprints
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,56 +190,11 @@ class RolloutBatch:
         truncated = None if self.truncated is None else _flags("truncated", self.truncated, check_rows)
         formatted = None if self.formatted is None else _flags("formatted", self.formatted, check_rows)
 
-        def token_counts(field: str, value: Any) -> torch.Tensor:
-            """A 1-D integer [N] of token counts (lengths, budgets): non-negative, no silent cast from floats."""
-            t = _as_tensor(field, value)
-            if t.dim() != 1:
-                raise ValueError(f"{field} must be 1-D [N], got shape {tuple(t.shape)}")
-            check_rows(field, t)
-            if t.is_floating_point():
-                _require_finite(field, t)
-            t = _require_integer(field, t)
-            neg = t < 0
-            if bool(neg.any()):
-                idx = _first_index(neg)
-                raise ValueError(f"{field} has a negative value {t[idx].item()} at index {_fmt_index(idx)}")
-            return t
-
-        lengths = token_counts("lengths", self.lengths)
-        budgets = None if self.budgets is None else token_counts("budgets", self.budgets)
-
-        rewards = None
-        if self.rewards is not None:
-            rewards = _as_tensor("rewards", self.rewards)
-            if rewards.dim() != 2 or rewards.shape[1] == 0:
-                raise ValueError(f"rewards must be 2-D [N, K] with K >= 1, got shape {tuple(rewards.shape)}")
-            check_rows("rewards", rewards)
-            if not rewards.is_floating_point():
-                raise ValueError(f"rewards must have a floating dtype, got {rewards.dtype}")
-            _require_finite("rewards", rewards)
-
-        prompt_keys = None
-        if self.prompt_keys is not None:
-            if isinstance(self.prompt_keys, (str, bytes)):
-                raise ValueError("prompt_keys must be a sequence of N str, got a single string")
-            prompt_keys = tuple(self.prompt_keys)
-            if len(prompt_keys) != n:
-                raise ValueError(f"prompt_keys has {len(prompt_keys)} entries but group_ids has {n}")
-            for i, key in enumerate(prompt_keys):
-                if not isinstance(key, str):
-                    raise ValueError(f"prompt_keys[{i}] must be str, got {type(key).__name__}")
-
-        fingerprints = None
-        if self.fingerprints is not None:
-            fingerprints = _as_tensor("fingerprints", self.fingerprints)
-            if fingerprints.dim() != 2 or fingerprints.shape[1] == 0:
-                raise ValueError(f"fingerprints must be 2-D [N, D] with D >= 1, got shape {tuple(fingerprints.shape)}")
-            check_rows("fingerprints", fingerprints)
-            if not fingerprints.is_floating_point():
-                raise ValueError(f"fingerprints must have a floating dtype, got {fingerprints.dtype}")
-            # A whole NaN row means "no fingerprint"; anything else non-finite is corrupt data.
-            nan_row = torch.isnan(fingerprints).all(dim=1, keepdim=True)
-            _require_finite("fingerprints", torch.where(nan_row, 0.0, fingerprints))
+        lengths = _token_counts("lengths", self.lengths, check_rows)
+        budgets = None if self.budgets is None else _token_counts("budgets", self.budgets, check_rows)
+        rewards = None if self.rewards is None else _rewards(self.rewards, check_rows)
+        prompt_keys = None if self.prompt_keys is None else _prompt_keys(self.prompt_keys, n)
+        fingerprints = None if self.fingerprints is None else _fingerprints(self.fingerprints, check_rows)
 
         set_(self, "group_ids", group_ids)
         set_(self, "correct", correct)

@@ -16,18 +16,20 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from dynashape.evaluate.backends import Item, choose_backend, vllm_device
+from dynashape.evaluate.backends import Item
 from dynashape.evaluate.benchmarks import Benchmark
-from dynashape.evaluate.cache import GenerationCache, settings_key
+from dynashape.evaluate.cache import GenerationCache, SampleKey, settings_key
 from dynashape.evaluate.protocols import Protocol
 from dynashape.evaluate.results import add_aes, summarise, summarise_benchmark
+from dynashape.evaluate.sampling import pending_batches, sample_pending
+from dynashape.evaluate.settings import EvalPlan, check_comparable, plan_evaluation, published, read_base_results
 from dynashape.io import state
-from dynashape.runtime.model_folder import check_model_folder, model_folder_problem, results_folder
-from dynashape.runtime.prompts import BOXED_INSTRUCTION, PromptConfig, PromptFormat, select_problems
+from dynashape.runtime.model_folder import model_folder_problem, results_folder
+from dynashape.runtime.prompts import BOXED_INSTRUCTION, PromptConfig, PromptFormat
 
 __all__ = ["RESULTS_FORMAT", "evaluate_checkpoint", "evaluate_with_base"]
 
@@ -36,14 +38,6 @@ RESULTS_FORMAT = 1
 
 FINGERPRINT_LAYERS = 14
 """MEDS's fingerprint: the last 14 decoder layers (MEDS, arXiv 2604.11297), fewer on a shallower model."""
-
-
-def _model_identity(model_dir: str, flag: str) -> dict[str, Any]:
-    """The model folder and its files' sizes and modification times: new weights under the same path give a
-    new cache key. A folder that is no model is refused here, naming ``flag``, before anything is written."""
-    root = check_model_folder(model_dir, flag).resolve()
-    files = sorted(p for p in root.iterdir() if p.is_file())
-    return {"path": str(root), "files": [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]}
 
 
 def _make_backend(name: str, model_dir: str, protocol: Protocol, *, device: str, batch_size: int) -> Any:
@@ -88,64 +82,6 @@ class _Deferred:
             self._engine.close()
 
 
-class _Plan(NamedTuple):
-    """What an evaluation will run, known before anything is sampled or written."""
-
-    identity: dict[str, Any]
-    settings: dict[str, Any]
-    selected: dict[str, list[Any]]
-    samples: dict[str, int]
-
-
-def _plan(
-    model_dir: str,
-    benchmarks: Sequence[Benchmark],
-    protocol: Protocol,
-    *,
-    backend: str,
-    device: str,
-    batch_size: int,
-    max_problems: int | None,
-    prompt: PromptConfig,
-    verifier: Any,
-    flag: str,
-) -> _Plan:
-    """The settings of one evaluation (results.json's ``protocol``): only the model's files and tokenizer are
-    read, so two evaluations can be checked to be comparable before either samples."""
-    from dynashape.runtime.policy import load_tokenizer
-
-    if max_problems is not None and max_problems < 1:
-        raise ValueError(f"--max-problems must be >= 1, got {max_problems}")
-    if batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
-    backend_name = choose_backend(backend)
-    identity = _model_identity(model_dir, flag)
-    fmt = PromptFormat(load_tokenizer(model_dir), prompt, default_suffix=BOXED_INSTRUCTION)
-    selected = {b.name: select_problems(list(b.problems), max_problems) for b in benchmarks}
-    samples = {b.name: protocol.samples_for(b.name) for b in benchmarks}
-    settings = {
-        **protocol.to_dict(),
-        "samples_per_benchmark": samples,
-        "prompt": {
-            "chat_template": prompt.chat_template,
-            "suffix": prompt.suffix,
-            "system": prompt.system,
-            "suffix_used": fmt.suffix,
-            "templated": fmt.templated,
-        },
-        "backend": backend_name,
-        "batch_size": batch_size,
-        "max_problems": max_problems,
-        "device": device if backend_name == "transformers" else vllm_device(),
-        # the verdicts are cached: another verifier is another evaluation (its ``name``, else its class)
-        "verifier": "dynashape.rewards.MathVerifier" if verifier is None else _verifier_name(verifier),
-        "correct": "the verifier accepts the final answer and the response ended within max_new_tokens",
-        "pass_at_k": "unbiased (Chen et al. 2021), k = 1, 2, 4, ... up to n and n itself",
-        "benchmarks": {b.name: {"source": b.source, "problems": len(selected[b.name])} for b in benchmarks},
-    }
-    return _Plan(identity, settings, selected, samples)
-
-
 def evaluate_checkpoint(
     model_dir: str,
     benchmarks: Sequence[Benchmark],
@@ -181,7 +117,7 @@ def evaluate_checkpoint(
             not a model.
     """
     prompt = prompt or PromptConfig()
-    plan = _plan(
+    plan = plan_evaluation(
         model_dir,
         benchmarks,
         protocol,
@@ -202,7 +138,7 @@ def _sample_and_score(
     benchmarks: Sequence[Benchmark],
     protocol: Protocol,
     out: Path,
-    plan: _Plan,
+    plan: EvalPlan,
     *,
     prompt: PromptConfig,
     verifier: Any,
@@ -243,7 +179,7 @@ def _run_batches(
     benchmarks: Sequence[Benchmark],
     protocol: Protocol,
     out: Path,
-    plan: _Plan,
+    plan: EvalPlan,
     *,
     start: float,
     prompt: PromptConfig,
@@ -254,96 +190,58 @@ def _run_batches(
     """``_sample_and_score`` with its engine: sample what the cache lacks, verify, write the folder."""
     from dynashape.runtime.progress import progress_bar
 
-    settings, selected, n_by = plan.settings, plan.selected, plan.samples
-    backend_name = settings["backend"]
     fmt = PromptFormat(engine.tokenizer, prompt, default_suffix=BOXED_INSTRUCTION)
-    key = settings_key({"model": plan.identity, "settings": settings, "format": RESULTS_FORMAT})
+    key = settings_key({"model": plan.identity, "settings": plan.settings, "format": RESULTS_FORMAT})
     cache = GenerationCache(out / "cache.jsonl", key)
     done = cache.load()
-    plans = {}
-    for b in benchmarks:
-        items = [
-            Item(p.problem_id, j, tuple(fmt.encode([p.problem])[0][0].tolist()))
-            for p in selected[b.name]
-            for j in range(n_by[b.name])
-        ]
-        plans[b.name] = engine.plan(b.name, items, protocol.seed)
-    pending = [
-        (name, batch)
-        for name, batches in plans.items()
-        for batch in batches
-        if not all((name, it.problem_id, it.sample) in done for it in batch.items)
-    ]
+    pending, total = pending_batches(engine, benchmarks, protocol, plan, fmt, done)
     todo = sum(len(batch.items) for _, batch in pending)
-    total = sum(len(batch.items) for batches in plans.values() for batch in batches)
     if log is not None:
         log(
             f"{model_dir}: {total - todo} of {total} samples cached, {todo} to sample in "
-            f"{len(pending)} {'batch' if len(pending) == 1 else 'batches'} ({backend_name})"
+            f"{len(pending)} {'batch' if len(pending) == 1 else 'batches'} ({plan.settings['backend']})"
         )
     # counted in batches, not samples: a batch's samples mostly finish together near its end (the longest
     # response sets its time), so finished samples stay near 0 for most of a run and the ETA misleads
     bar = progress_bar(len(pending), f"evaluate {Path(model_dir).name}", progress, unit="batches", interval=5.0)
-    gold = {(b.name, p.problem_id): p.answer for b in benchmarks for p in selected[b.name]}
-    own_verifier = verifier is None
-    if own_verifier:
-        from dynashape.rewards import MathVerifier
+    gold = {(b.name, p.problem_id): p.answer for b in benchmarks for p in plan.selected[b.name]}
+    sample_pending(engine, pending, protocol, gold, cache, done, verifier=verifier, bar=bar)
+    results, lines = _summarise(engine, benchmarks, protocol, plan, done)
+    results["seconds"] = _seconds(
+        out / "results.json", time.perf_counter() - start, settings=plan.settings, sampled_now=todo
+    )
+    results["sampled_now"] = todo
+    state.write_text(out / "generations.jsonl", "".join(json.dumps(r) + "\n" for r in lines))
+    state.write_json(out / "results.json", results)
+    return results
 
-        verifier = MathVerifier(workers=1)
-    try:
-        sampled = 0
-        for name, batch in pending:
-            gens = engine.generate(
-                batch,
-                temperature=protocol.temperature,
-                top_p=protocol.top_p,
-                max_new_tokens=protocol.max_new_tokens,
-                # every token: a line in a log still says the batch is being sampled
-                on_finished=None if bar is None else (lambda _: bar.update(0)),
-            )
-            verdicts = verifier.verify([gold[(name, it.problem_id)] for it in batch.items], [g.text for g in gens])
-            correct = np.array([bool(v.correct) and not g.truncated for v, g in zip(verdicts, gens)])
-            fps = engine.fingerprints(~correct) if protocol.eigen_ratio else None
-            records = [
-                {
-                    "benchmark": name,
-                    "problem_id": it.problem_id,
-                    "sample": it.sample,
-                    "correct": bool(c),
-                    "length": g.length,
-                    "truncated": g.truncated,
-                    "text": g.text,
-                    **({} if fps is None else {"fingerprint": _finite_or_none(fps[i])}),
-                }
-                for i, (it, g, c) in enumerate(zip(batch.items, gens, correct, strict=True))
-            ]
-            cache.append(records)
-            done.update({(r["benchmark"], r["problem_id"], r["sample"]): r for r in records})
-            sampled += len(records)
-            if bar is not None:
-                bar.set_postfix(samples=f"{sampled}/{todo}")
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
-        if own_verifier:
-            verifier.close()
+
+def _summarise(
+    engine: Any,
+    benchmarks: Sequence[Benchmark],
+    protocol: Protocol,
+    plan: EvalPlan,
+    done: dict[SampleKey, dict[str, Any]],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """results.json's numbers (without ``seconds``) and generations.jsonl's lines, from every cached sample.
+    A backend that gives no fingerprints (vLLM) gives no eigen ratio: it is None, and ``overall`` says why."""
     results: dict[str, Any] = {
         "format": RESULTS_FORMAT,
-        "protocol": _published(settings),
+        "protocol": published(plan.settings),
         "model": plan.identity["path"],
         "base": None,
         "benchmarks": {},
     }
     lines = []
     for b in benchmarks:
-        ids = [p.problem_id for p in selected[b.name]]
-        records = [done[(b.name, pid, j)] for pid in ids for j in range(n_by[b.name])]
+        ids = [p.problem_id for p in plan.selected[b.name]]
+        n = plan.samples[b.name]
+        records = [done[(b.name, pid, j)] for pid in ids for j in range(n)]
         with_eigen = protocol.eigen_ratio and engine.gives_fingerprints
-        results["benchmarks"][b.name] = summarise_benchmark(records, ids, n_by[b.name], eigen_ratio=with_eigen)
+        results["benchmarks"][b.name] = summarise_benchmark(records, ids, n, eigen_ratio=with_eigen)
         if protocol.eigen_ratio and not engine.gives_fingerprints:
             results["benchmarks"][b.name]["eigen_ratio"] = None
-        answers = {p.problem_id: p.answer for p in selected[b.name]}
+        answers = {p.problem_id: p.answer for p in plan.selected[b.name]}
         lines += [_generation_line(r, answers[r["problem_id"]]) for r in records]
     results["overall"] = summarise(results["benchmarks"])
     if protocol.eigen_ratio and not engine.gives_fingerprints:
@@ -351,13 +249,7 @@ def _run_batches(
             "vLLM returns no hidden states, so no fingerprints: rerun with --backend transformers for the "
             "eigen ratio of the wrong answers"
         )
-    results["seconds"] = _seconds(
-        out / "results.json", time.perf_counter() - start, settings=settings, sampled_now=todo
-    )
-    results["sampled_now"] = todo
-    state.write_text(out / "generations.jsonl", "".join(json.dumps(r) + "\n" for r in lines))
-    state.write_json(out / "results.json", results)
-    return results
+    return results, lines
 
 
 def _generation_line(record: dict[str, Any], gold: str) -> dict[str, Any]:
@@ -377,33 +269,11 @@ def _seconds(path: Path, now: float, *, settings: dict[str, Any], sampled_now: i
             previous = state.read_json(path)
         except state.StateFileError:
             previous = None
-        if isinstance(previous, dict) and previous.get("protocol") == _published(settings):
+        if isinstance(previous, dict) and previous.get("protocol") == published(settings):
             seconds = previous.get("seconds")
             if isinstance(seconds, (int, float)) and not isinstance(seconds, bool):
                 return float(seconds)
     return round(now, 1)
-
-
-def _verifier_name(verifier: Any) -> str:
-    return str(getattr(verifier, "name", type(verifier).__name__))
-
-
-def _finite_or_none(row: np.ndarray) -> list[float] | None:
-    return None if np.isnan(row).any() else [float(x) for x in row]
-
-
-def _published(settings: dict[str, Any]) -> dict[str, Any]:
-    """results.json's ``protocol``: the settings without the protocol's own per-benchmark table
-    (``samples_by_benchmark``, keyed by canonical names), which ``samples_per_benchmark`` states for the benchmarks
-    that ran. The cache key keeps hashing the whole settings, so existing caches stay valid."""
-    return {k: v for k, v in settings.items() if k != "samples_by_benchmark"}
-
-
-def _comparable(settings: dict[str, Any]) -> dict[str, Any]:
-    """The settings two evaluations must share to be compared (not where or how fast they ran; a results.json
-    written before ``_published`` also holds ``samples_by_benchmark``, which ``samples_per_benchmark`` decides)."""
-    skip = {"device", "backend", "batch_size", "benchmarks", "samples_by_benchmark"}
-    return {k: v for k, v in settings.items() if k not in skip}
 
 
 def evaluate_with_base(
@@ -436,13 +306,13 @@ def evaluate_with_base(
     out = Path(out_dir)
     prompt = prompt or PromptConfig()
     how = {"backend": backend, "device": device, "batch_size": batch_size, "max_problems": max_problems}
-    plan = _plan(model_dir, benchmarks, protocol, **how, prompt=prompt, verifier=verifier, flag="--model")
+    plan = plan_evaluation(model_dir, benchmarks, protocol, **how, prompt=prompt, verifier=verifier, flag="--model")
     base_results, base_folder, base_plan = None, None, None
     same_folder = base is not None and Path(base).resolve() == Path(model_dir).resolve()
     if base is not None and results_folder(base):
         base_folder = Path(base)
-        base_results = _read_base_results(base_folder, base)
-        _check_comparable(base, base_results["protocol"], plan.settings)
+        base_results = read_base_results(base_folder, base)
+        check_comparable(base, base_results["protocol"], plan.settings)
     elif base is not None and not same_folder:
         problem = model_folder_problem(base)
         if problem is not None:
@@ -450,8 +320,8 @@ def evaluate_with_base(
                 f"--base {base!r}: neither a results folder of dynashape evaluate (with results.json) nor a model "
                 f"folder: it {problem}"
             )
-        base_plan = _plan(base, benchmarks, protocol, **how, prompt=prompt, verifier=verifier, flag="--base")
-        _check_comparable(base, base_plan.settings, plan.settings)
+        base_plan = plan_evaluation(base, benchmarks, protocol, **how, prompt=prompt, verifier=verifier, flag="--base")
+        check_comparable(base, base_plan.settings, plan.settings)
     sample = {"prompt": prompt, "verifier": verifier, "progress": progress, "log": log}
     results = _sample_and_score(model_dir, benchmarks, protocol, out, plan, **sample)
     if base is not None:
@@ -469,29 +339,3 @@ def evaluate_with_base(
         state.write_json(out / "results.json", results)
     write_report(out, results, plots=plots, base_folder=base_folder)
     return results
-
-
-def _read_base_results(folder: Path, base: str) -> dict[str, Any]:
-    """The results.json of a base results folder, refused in one line when it is not one ``evaluate`` wrote."""
-    try:
-        found = state.read_json(folder / "results.json")
-    except state.StateFileError as err:
-        raise ValueError(f"--base {base!r}: {err.problem}") from None
-    needed = ("protocol", "model", "benchmarks", "overall")
-    if not isinstance(found, dict) or any(k not in found for k in needed):
-        raise ValueError(
-            f"--base {base!r}: results.json is not one dynashape evaluate wrote (it needs {', '.join(needed)})"
-        )
-    return found
-
-
-def _check_comparable(base: str, theirs: dict[str, Any], ours: dict[str, Any]) -> None:
-    """Refuse a base evaluated (or to be evaluated) with other settings than the model, naming each setting
-    with the base's value and the model's."""
-    a, b = _comparable(theirs), _comparable(ours)
-    differing = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-    if differing:
-        shown = "; ".join(f"{k}: {json.dumps(a.get(k))} there, {json.dumps(b.get(k))} here" for k in differing)
-        raise ValueError(
-            f"--base {base!r}: its results ran with other settings ({shown}); evaluate the base with the same protocol"
-        )

@@ -1,7 +1,8 @@
 """Policy losses and the loss registry that the reference trainer, verl and TRL share.
 
-- :mod:`dynashape.losses.policy`: the clipped surrogate (GRPO, Dr. GRPO, DAPO aggregation), KL estimates and the
-  entropy advantage.
+- :mod:`dynashape.losses.policy`: the clipped surrogate (GRPO, Dr. GRPO, DAPO aggregation) and KL estimates.
+- :mod:`dynashape.losses.entropy`: the entropy advantage (arXiv 2506.14758).
+- :mod:`dynashape.losses.tokens`: the token tensors' checks, precision and masks that every loss shares.
 - :mod:`dynashape.losses.drpo`: DRPO's decoupled loss (arXiv 2510.04474).
 - :mod:`dynashape.losses.registry`: ``register_loss`` / ``get_loss``, one signature for every loss.
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_SUBMODULES = ("policy", "drpo", "registry")
+_SUBMODULES = ("tokens", "entropy", "policy", "drpo", "registry")
 
 
 def _exports() -> dict[str, str]:

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from dynashape.core.groups import Groups
-from dynashape.losses.policy import _check_token_tensors, masked_mean
+from dynashape.losses.tokens import check_token_tensors, masked_mean
 
 __all__ = ["DrpoLoss", "drpo_loss"]
 
@@ -182,7 +182,7 @@ def _check_rollouts(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Validate the rollouts; returns (mask, log_prob, old_log_prob in the mask's dtype, tokens [N] per row,
     lengths [N] in the mask's dtype, ``tokens`` when ``lengths`` is None)."""
-    mask = _check_token_tensors(response_mask, log_prob=log_prob, old_log_prob=old_log_prob)
+    mask = check_token_tensors(response_mask, log_prob=log_prob, old_log_prob=old_log_prob)
     log_prob, old_log_prob = log_prob.to(mask.dtype), old_log_prob.to(mask.dtype)
     n = mask.shape[0]
     if n == 0:

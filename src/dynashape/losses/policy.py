@@ -1,4 +1,5 @@
-"""Token-level policy losses: clipped surrogate, loss aggregation, KL estimators, entropy advantage.
+"""Token-level policy losses: clipped surrogate, loss aggregation, KL estimators (the token checks they share
+are :mod:`dynashape.losses.tokens`; the entropy advantage, :mod:`dynashape.losses.entropy`, is re-exported here).
 
 Layer 1 of dynashape: pure functions, tensors in, named results out, explicit keyword hyperparameters.
 The reference trainer and the TRL adapter call these; the DRPO objective lives in :mod:`dynashape.losses.drpo`.
@@ -23,6 +24,15 @@ from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
+
+from dynashape.losses.entropy import EntropyAdvantage, entropy_advantage
+from dynashape.losses.tokens import (
+    broadcast_advantages,
+    check_token_tensors,
+    compute_dtype,
+    kept_mask,
+    masked_mean,
+)
 
 __all__ = [
     "AGG_MODES",
@@ -60,68 +70,6 @@ _K3_VALUE_CLAMP = 10.0
 
 
 # ----------------------------------------------------------------------------------------------------------
-# validation helpers (shared with dynashape.losses.drpo)
-# ----------------------------------------------------------------------------------------------------------
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype the losses compute in: ``dtype`` if it is float32 or wider, else float32 (bf16, float16)."""
-    return torch.promote_types(dtype, torch.float32)
-
-
-def _check_token_tensors(response_mask: Tensor, **tensors: Tensor) -> Tensor:
-    """Check that every tensor is [B, T] like ``response_mask``; return the mask as a float tensor of the
-    compute dtype (float32 or wider, so that token counts are exact)."""
-    if response_mask.dim() != 2:
-        raise ValueError(f"response_mask must be 2-D [B, T], got shape {tuple(response_mask.shape)}")
-    for name, value in tensors.items():
-        if value.shape != response_mask.shape:
-            raise ValueError(
-                f"{name} must have the shape of response_mask {tuple(response_mask.shape)}, got {tuple(value.shape)}"
-            )
-    dtype = next(iter(tensors.values())).dtype if tensors else torch.float32
-    return response_mask.to(compute_dtype(dtype))
-
-
-def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean of ``values`` over the positions where ``mask`` is nonzero; 0 when the mask is empty.
-
-    Args:
-        values: float Tensor, any shape.
-        mask: Tensor broadcastable to ``values`` (0/1 or bool).
-
-    Returns:
-        0-dim tensor.
-    """
-    values = values.to(compute_dtype(values.dtype))
-    mask = mask.to(values.dtype)
-    # clamp(min=1) instead of verl's +1e-8: same value for a non-empty mask, exactly 0 for an empty one.
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)
-
-
-def kept_mask(response_mask: Tensor, keep: Tensor | None) -> Tensor:
-    """The response mask of the rows a filter keeps (GFPO's ``Shaped.keep``): a dropped row loses every token.
-
-    A dropped row then carries no loss term at all and its tokens leave every normaliser (token-mean counts
-    only kept tokens; the seq-mean modes skip the empty row). A zero advantage would not do that: its tokens
-    would still count in the token-mean's denominator and its KL and entropy terms would remain.
-
-    Args:
-        response_mask: Tensor [B, T], 1 / True on valid tokens.
-        keep: BoolTensor [B], or None (every row kept: the mask is returned as it is).
-
-    Returns:
-        Tensor [B, T] of the mask's dtype.
-    """
-    if keep is None:
-        return response_mask
-    if keep.dtype != torch.bool or keep.dim() != 1 or keep.shape[0] != response_mask.shape[0]:
-        raise ValueError(
-            f"keep must be a BoolTensor [{response_mask.shape[0]}], got dtype {keep.dtype} and shape "
-            f"{tuple(keep.shape)}"
-        )
-    return response_mask * keep.to(response_mask.device).unsqueeze(-1).to(response_mask.dtype)
-
-
-# ----------------------------------------------------------------------------------------------------------
 # aggregation
 # ----------------------------------------------------------------------------------------------------------
 def aggregate_loss(
@@ -152,7 +100,7 @@ def aggregate_loss(
     Returns:
         0-dim tensor. A batch without any valid token gives 0 (verl would give NaN).
     """
-    mask = _check_token_tensors(response_mask, loss_mat=loss_mat)
+    mask = check_token_tensors(response_mask, loss_mat=loss_mat)
     loss_mat = loss_mat.to(mask.dtype)
     # A tensor denominator is not checked here: reading its value would force a device sync per micro-batch.
     if denominator is not None and not isinstance(denominator, Tensor) and not (denominator > 0.0):
@@ -244,16 +192,6 @@ class SurrogateLoss(NamedTuple):
     """Token-mean of the importance ratio pi / pi_old."""
 
 
-def _broadcast_advantages(advantages: Tensor, response_mask: Tensor) -> Tensor:
-    if advantages.dim() == 1 and advantages.shape[0] == response_mask.shape[0]:
-        return advantages.unsqueeze(-1).expand_as(response_mask)
-    if advantages.shape != response_mask.shape:
-        raise ValueError(
-            f"advantages must be [B] or [B, T] = {tuple(response_mask.shape)}, got {tuple(advantages.shape)}"
-        )
-    return advantages
-
-
 def clipped_surrogate_loss(
     log_prob: Tensor,
     old_log_prob: Tensor,
@@ -295,8 +233,8 @@ def clipped_surrogate_loss(
         raise ValueError(f"eps_high must be a finite number >= 0, got {eps_high}")
     if dual_clip is not None and not (dual_clip > 1.0 and math.isfinite(dual_clip)):
         raise ValueError(f"dual_clip must be a finite number > 1 or None, got {dual_clip}")
-    mask = _check_token_tensors(response_mask, log_prob=log_prob, old_log_prob=old_log_prob)
-    adv = _broadcast_advantages(advantages, response_mask).to(mask.dtype)
+    mask = check_token_tensors(response_mask, log_prob=log_prob, old_log_prob=old_log_prob)
+    adv = broadcast_advantages(advantages, response_mask).to(mask.dtype)
     log_prob, old_log_prob = log_prob.to(mask.dtype), old_log_prob.to(mask.dtype)
 
     log_ratio = (log_prob - old_log_prob).clamp(min=-_LOG_RATIO_CLAMP, max=_LOG_RATIO_CLAMP)
@@ -415,7 +353,7 @@ def policy_loss(
     zero = sur.loss.new_zeros(())
     kl = zero
     if ref_log_prob is not None:
-        _check_token_tensors(response_mask, ref_log_prob=ref_log_prob)
+        check_token_tensors(response_mask, ref_log_prob=ref_log_prob)
         kl = aggregate_loss(
             kl_estimate(log_prob, ref_log_prob, estimator=kl_estimator),
             response_mask,
@@ -424,57 +362,7 @@ def policy_loss(
         )
     ent = zero
     if entropy is not None:
-        _check_token_tensors(response_mask, entropy=entropy)
+        check_token_tensors(response_mask, entropy=entropy)
         ent = aggregate_loss(entropy, response_mask, mode=agg, denominator=denominator)
     loss = sur.loss + kl_coef * kl - entropy_coef * ent
     return PolicyLoss(loss=loss, pg_loss=sur.loss, kl=kl, entropy=ent, surrogate=sur)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# entropy advantage
-# ----------------------------------------------------------------------------------------------------------
-class EntropyAdvantage(NamedTuple):
-    """Result of :func:`entropy_advantage`."""
-
-    advantages: Tensor
-    """[B, T]: A + bonus."""
-    bonus: Tensor
-    """[B, T]: min(alpha * H.detach(), |A| / kappa) >= 0."""
-    capped: Tensor
-    """[B, T] bool: True where the |A| / kappa cap is the smaller term."""
-
-
-def entropy_advantage(
-    advantages: Tensor,
-    entropy: Tensor,
-    *,
-    alpha: float = 0.4,
-    kappa: float = 2.0,
-) -> EntropyAdvantage:
-    """Entropy-based advantage shaping (Cheng et al., "Reasoning with Exploration: An Entropy Perspective",
-    arXiv 2506.14758; the MEDS paper's baseline): A_t <- A_t + min(alpha * H_t.detach(), |A_t| / kappa).
-
-    The bonus is a constant for the gradient (entropy detached) and never exceeds |A| / kappa, so it can never
-    flip the sign of a nonzero advantage (kappa > 1) and adds nothing where A = 0.
-
-    Args:
-        advantages: float Tensor [B] (broadcast over tokens) or [B, T].
-        entropy: float Tensor [B, T], per-token entropy of the policy.
-        alpha: entropy scale, >= 0 (paper: 0.4).
-        kappa: cap divisor, > 0 (paper: 2).
-
-    Returns:
-        :class:`EntropyAdvantage`.
-    """
-    if not (alpha >= 0.0 and math.isfinite(alpha)):
-        raise ValueError(f"alpha must be a finite number >= 0, got {alpha}")
-    if not (kappa > 0.0 and math.isfinite(kappa)):
-        raise ValueError(f"kappa must be a finite number > 0, got {kappa}")
-    if entropy.dim() != 2:
-        raise ValueError(f"entropy must be 2-D [B, T], got shape {tuple(entropy.shape)}")
-    dtype = compute_dtype(entropy.dtype)
-    adv = _broadcast_advantages(advantages, entropy).to(dtype)
-    scaled_entropy = alpha * entropy.detach().to(dtype)
-    cap = adv.abs() / kappa
-    bonus = torch.minimum(scaled_entropy, cap)
-    return EntropyAdvantage(advantages=adv + bonus, bonus=bonus, capped=cap < scaled_entropy)

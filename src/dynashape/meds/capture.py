@@ -31,9 +31,7 @@ Typical use (padded batch, response-relative positions from :mod:`dynashape.meds
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, Literal
 
@@ -42,11 +40,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from dynashape.meds.model_parts import ModelParts, find_model_parts
-
-try:  # torch builds without distributed support have no DTensor (and then no FSDP2 shards either)
-    from torch.distributed.tensor import DTensor as _DTensor
-except ImportError:  # pragma: no cover
-    _DTensor = None  # type: ignore[assignment,misc]
+from dynashape.meds.sharded_params import materialised, whole_head
 
 __all__ = ["OFFICIAL_FINGERPRINT_LAYERS", "FingerprintCapture", "fingerprint"]
 
@@ -212,7 +206,7 @@ class FingerprintCapture:
             # A forward that never calls the head module (a fused log-prob kernel reading head.weight directly)
             # still gets the head rows: read here when the weight is a whole, plain tensor (an unsharded model,
             # FSDP1's root unit), never from a shard. The head's own pre-hook, when it runs, reads them again.
-            if self._head_rows is None and _materialised(self._parts.head, self._head_shape()):
+            if self._head_rows is None and materialised(self._parts.head, self._head_shape()):
                 self._read_head_rows(self._picked[-1])
 
         return hook
@@ -325,14 +319,14 @@ class FingerprintCapture:
     def _finish_outside_forward(self) -> None:
         """The forward ran the layers but not the head module (a backbone-only forward, a fused head kernel)."""
         if not self._normed:
-            if not _materialised(self._parts.final_norm, None):
+            if not materialised(self._parts.final_norm, None):
                 raise RuntimeError(
                     f"FingerprintCapture: the final norm of {self._model_name} did not run inside the forward and "
                     "its parameters are sharded outside it (FSDP2 / ZeRO-3); run a forward that calls it"
                 )
             self._apply_norm()
         if self._head_rows is None:
-            with _whole_head(self._parts.head, self._head_shape()) as whole:
+            with whole_head(self._parts.head, self._head_shape()) as whole:
                 if whole is None:
                     raise RuntimeError(
                         f"FingerprintCapture: the output head of {self._model_name} was not called inside the "
@@ -341,60 +335,6 @@ class FingerprintCapture:
                     )
                 self._read_head_rows(self._picked[-1], *whole)  # type: ignore[arg-type]
         self._finish()
-
-
-def _is_shard(param: Tensor) -> bool:
-    """A parameter that holds only this rank's part outside its module's forward (FSDP2 DTensor, ZeRO-3).
-
-    ZeRO-3 parameters (``ds_id``) count as shards even when they look whole: outside the module's own forward
-    they may be in flight (prefetched into a buffer that is not filled yet).
-    """
-    return hasattr(param, "ds_id") or (_DTensor is not None and isinstance(param, _DTensor))
-
-
-@contextlib.contextmanager
-def _whole_head(head: nn.Module, shape: tuple[int, ...] | None) -> Iterator[tuple[Tensor, Tensor | None] | None]:
-    """The head's (weight, bias) as whole tensors for a read outside its forward; None when impossible.
-
-    For a head that the forward never called (TRL's fused LM head and verl's fused kernels read ``head.weight``
-    directly, gathering it themselves): DeepSpeed ZeRO-3 parameters are gathered with DeepSpeed's own
-    ``GatheredParameters``, FSDP2 DTensors with ``full_tensor()``. Both are collectives: every rank reads its
-    capture's ``result()`` once per forward, as the adapters do, so the ranks call them in step.
-    """
-    weight = head.weight
-    bias = getattr(head, "bias", None)
-    bias = bias if isinstance(bias, Tensor) else None
-    params = [t for t in (weight, bias) if t is not None]
-    partitioned = [p for p in params if hasattr(p, "ds_id") and getattr(p.ds_status, "name", "") != "AVAILABLE"]
-    if partitioned:
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters(partitioned, modifier_rank=None):
-            yield weight, bias
-    elif _DTensor is not None and any(isinstance(p, _DTensor) for p in params):
-
-        def whole(t: Tensor | None) -> Tensor | None:
-            return t.full_tensor() if _DTensor is not None and isinstance(t, _DTensor) else t
-
-        yield whole(weight), whole(bias)  # type: ignore[misc]
-    elif _materialised(head, shape):
-        yield weight, bias
-    else:
-        yield None
-
-
-def _materialised(module: nn.Module, shape: tuple[int, ...] | None) -> bool:
-    """True when the module's own parameters are whole plain tensors now; ``shape``: the weight's full shape.
-
-    Without ``shape`` every parameter must be non-empty (FSDP1 leaves empty or flat views outside a forward).
-    """
-    params = list(module.parameters(recurse=False))
-    if any(_is_shard(p) for p in params):
-        return False
-    if shape is not None:
-        weight = getattr(module, "weight", None)
-        return isinstance(weight, Tensor) and tuple(weight.shape) == shape
-    return all(p.numel() > 0 for p in params)
 
 
 def fingerprint(

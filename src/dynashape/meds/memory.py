@@ -3,7 +3,8 @@
 MEDS, arXiv 2604.11297. Each bank is keyed by ``(prompt_key, correct)``. Per :meth:`ErrorMemory.update`
 call, every bank the batch touches (1) votes each new fingerprint into a cluster of its previous fit, (2)
 reports |C| = stored points with that label, (3) appends the new fingerprints and refits. The math lives in
-:mod:`dynashape.meds.clustering`; this module owns the state, the scheduling of refits and the files.
+:mod:`dynashape.meds.clustering`; this module owns the banks, the scheduling of refits and the files (the
+settings are :mod:`dynashape.meds.memory_config`, the state dict's format :mod:`dynashape.meds.memory_state`).
 
 Refit scheduling (``background`` / ``workers``): the refit of a bank only matters at that bank's NEXT visit,
 one training step or more later, so it need not sit on the step's critical path. With ``background=True``
@@ -19,15 +20,12 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dynashape.io import state as state_files
 from dynashape.meds.clustering import (
-    BACKENDS,
-    CLUSTER_METHODS,
     Backend,
     BankKey,
     ClusterMethod,
@@ -37,85 +35,10 @@ from dynashape.meds.clustering import (
     group_by_bank,
     l2_normalize_rows,
 )
+from dynashape.meds.memory_config import DEFAULT_MAX_PER_BANK, DEFAULT_MAX_POINTS, MemoryConfig
+from dynashape.meds.memory_state import Bank, MemoryFileError, banks_from_state, banks_to_state
 
-STATE_FORMAT = "dynashape.meds.ErrorMemory"
-STATE_VERSION = 1
-# Settings whose change would make stored labels meaningless; load_state_dict refuses a mismatch on these.
-_STATE_BOUND_FIELDS = ("cluster_method", "min_cluster_size", "min_samples")
-
-
-DEFAULT_MAX_PER_BANK = 4096
-DEFAULT_MAX_POINTS = 2**23
-
-
-class MemoryFileError(state_files.StateFileError):
-    """A memory file or state dict is corrupt, truncated, foreign, or of an unknown format version.
-
-    ``MemoryFileError(path, problem)``: ``path`` names the file, or is None for a state dict (no file)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class MemoryConfig:
-    """Settings of :class:`ErrorMemory` (frozen, validated on construction)."""
-
-    k: int = 3
-    """Neighbours in the kNN vote (official 3); k = bank size when the bank is smaller."""
-    min_cluster_size: int = 2
-    """HDBSCAN ``min_cluster_size`` (official 2)."""
-    min_samples: int = 1
-    """HDBSCAN ``min_samples`` (official 1: single-linkage distances)."""
-    cluster_method: ClusterMethod = "hdbscan"
-    """``"hdbscan"`` (official) or ``"single"`` (paper ablation: all stored points form one cluster)."""
-    backend: Backend = "sklearn"
-    """``"sklearn"`` (``sklearn.cluster.HDBSCAN``, exact spanning tree) or ``"hdbscan"`` (the package of the
-    official code, approximate Boruvka tree: bit-exact official |C|). See :mod:`dynashape.meds.clustering`."""
-    max_per_bank: int | None = DEFAULT_MAX_PER_BANK
-    """Keep at most this many fingerprints per bank, oldest dropped first; None = never prune (the official
-    code). The default bounds a long run and never binds in the papers' settings (a bank gains at most one
-    group of rollouts per visit of its prompt: G x epochs, in the hundreds)."""
-    max_points: int | None = DEFAULT_MAX_POINTS
-    """Keep at most this many fingerprints in all banks together: past it, the banks visited longest ago are
-    forgotten whole; None = no bound (the official code). The default bounds memory (2**23 points of a 14-layer
-    fingerprint are 470 MB) and never binds in the papers' settings (thousands of prompts x hundreds of points)."""
-    workers: int = 0
-    """Worker processes for refits; 0 = refit in this process (in a background thread if ``background``)."""
-    background: bool = False
-    """Return from ``update`` before the refits finish; a bank's refit is awaited at its next visit."""
-
-    def __post_init__(self) -> None:
-        for name, low in (("k", 1), ("min_cluster_size", 2), ("min_samples", 1), ("workers", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        if self.cluster_method not in CLUSTER_METHODS:
-            raise ValueError(f"cluster_method must be one of {CLUSTER_METHODS}, got {self.cluster_method!r}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        for name in ("max_per_bank", "max_points"):
-            cap = getattr(self, name)
-            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-                raise ValueError(f"{name} must be None or an int >= 1, got {cap!r}")
-        if not isinstance(self.background, bool):
-            raise ValueError(f"background must be a bool, got {self.background!r}")
-
-
-class _Bank:
-    """One bank: raw float32 fingerprints (oldest first) and the labels of their last fit."""
-
-    __slots__ = ("labels", "n_clusters", "n_noise", "vectors")
-
-    def __init__(self, vectors: np.ndarray, labels: np.ndarray | None) -> None:
-        self.vectors = vectors
-        self.labels: np.ndarray | None = None
-        self.n_clusters = 0
-        self.n_noise = 0
-        if labels is not None:
-            self.set_labels(labels)
-
-    def set_labels(self, labels: np.ndarray) -> None:
-        self.labels = labels
-        self.n_clusters = int(labels.max(initial=-1)) + 1
-        self.n_noise = int(np.count_nonzero(labels < 0))
+__all__ = ["DEFAULT_MAX_PER_BANK", "DEFAULT_MAX_POINTS", "ErrorMemory", "MemoryConfig", "MemoryFileError"]
 
 
 class ErrorMemory:
@@ -157,7 +80,7 @@ class ErrorMemory:
                 import hdbscan  # noqa: F401
             except ImportError as err:
                 raise ImportError("backend='hdbscan' needs the hdbscan package: pip install hdbscan") from err
-        self.banks_: dict[BankKey, _Bank] = {}
+        self.banks_: dict[BankKey, Bank] = {}
         self._executor: Executor | None = None
         self._pending: dict[BankKey, Future] = {}
         self._chunk_jobs: dict[Future, list[tuple[BankKey, np.ndarray]]] = {}
@@ -206,7 +129,7 @@ class ErrorMemory:
             new = x[rows]
             bank = self.banks_.get(key)
             if bank is None:
-                bank = self.banks_[key] = _Bank(new[:0], None)
+                bank = self.banks_[key] = Bank(new[:0], None)
             result = assign(
                 l2_normalize_rows(bank.vectors),
                 bank.labels,
@@ -392,23 +315,8 @@ class ErrorMemory:
         Waits for pending refits first. Banks are flattened: ``vectors`` holds each bank's ``[n, d]`` rows
         back to back (float32), ``labels`` its ``n`` labels (int64); ``lengths``/``dims`` split them.
         """
-        import torch
-
         self.wait()
-        items = list(self.banks_.items())
-        vectors = [b.vectors.reshape(-1) for _, b in items]
-        labels = [b.labels for _, b in items]
-        return {
-            "format": STATE_FORMAT,
-            "version": STATE_VERSION,
-            "config": {f: getattr(self.config, f) for f in ("k", *_STATE_BOUND_FIELDS, "backend", "max_per_bank")},
-            "prompt_keys": [key for (key, _), _ in items],
-            "correct": [c for (_, c), _ in items],
-            "lengths": torch.tensor([b.vectors.shape[0] for _, b in items], dtype=torch.int64),
-            "dims": torch.tensor([b.vectors.shape[1] for _, b in items], dtype=torch.int64),
-            "vectors": torch.from_numpy(np.concatenate(vectors) if vectors else np.zeros(0, np.float32)),
-            "labels": torch.from_numpy(np.concatenate(labels) if labels else np.zeros(0, np.int64)),
-        }
+        return banks_to_state(self.banks_, self.config)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Replace the banks by those of ``state`` (from :meth:`state_dict`); all-or-nothing.
@@ -418,7 +326,7 @@ class ErrorMemory:
                 different ``cluster_method`` / ``min_cluster_size`` / ``min_samples`` (its labels would not
                 be this memory's). The current state is untouched when it raises.
         """
-        banks = _banks_from_state(state, self.config)
+        banks = banks_from_state(state, self.config)
         for future in self._chunk_jobs:
             future.cancel()
         self._chunk_jobs.clear()
@@ -444,57 +352,3 @@ class ErrorMemory:
             self.load_state_dict(state)
         except MemoryFileError as err:
             raise MemoryFileError(path, err.problem) from err
-
-
-# ------------------------------------------------------------------------------------------------- helpers
-def _banks_from_state(state: Any, config: MemoryConfig) -> dict[BankKey, _Bank]:
-    """Validate a state dict and rebuild its banks; raises MemoryFileError on anything unexpected."""
-    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise MemoryFileError(None, f"not an ErrorMemory state (expected format {STATE_FORMAT!r})")
-    if state.get("version") != STATE_VERSION:
-        raise MemoryFileError(None, f"unsupported ErrorMemory state version {state.get('version')!r}")
-    try:
-        saved = state["config"]
-        for field in _STATE_BOUND_FIELDS:
-            if saved[field] != getattr(config, field):
-                raise MemoryFileError(
-                    None,
-                    f"state was saved with {field}={saved[field]!r} but this memory has "
-                    f"{field}={getattr(config, field)!r}",
-                )
-        keys, corr = list(state["prompt_keys"]), list(state["correct"])
-        lengths = np.asarray(state["lengths"], dtype=np.int64).reshape(-1)
-        dims = np.asarray(state["dims"], dtype=np.int64).reshape(-1)
-        vectors = np.asarray(state["vectors"]).reshape(-1)
-        labels = np.asarray(state["labels"]).reshape(-1)
-    except MemoryFileError:
-        raise
-    except Exception as err:
-        raise MemoryFileError(None, f"malformed ErrorMemory state: {err}") from err
-    b = len(keys)
-    if not (len(corr) == lengths.size == dims.size == b):
-        raise MemoryFileError(None, "malformed ErrorMemory state: per-bank fields have different lengths")
-    if not all(isinstance(k, str) for k in keys) or not all(isinstance(c, bool) for c in corr):
-        raise MemoryFileError(None, "malformed ErrorMemory state: prompt_keys must be str and correct bool")
-    if (lengths < 1).any() or (dims < 1).any():
-        raise MemoryFileError(None, "malformed ErrorMemory state: a bank has no points or no dimension")
-    if vectors.dtype != np.float32 or labels.dtype != np.int64:
-        raise MemoryFileError(None, "malformed ErrorMemory state: vectors must be float32 and labels int64")
-    if vectors.size != int((lengths * dims).sum()) or labels.size != int(lengths.sum()):
-        raise MemoryFileError(None, "malformed ErrorMemory state: vectors/labels sizes do not match lengths/dims")
-    if not np.isfinite(vectors).all() or (labels < -1).any():
-        raise MemoryFileError(None, "malformed ErrorMemory state: non-finite vectors or labels below -1")
-    # A cluster label indexes one of at most n clusters of a bank of n points; a larger one (a tampered state)
-    # would make the next update allocate a count array of that size.
-    if (labels >= np.repeat(lengths, lengths)).any():
-        raise MemoryFileError(None, "malformed ErrorMemory state: a cluster label beyond its bank's point count")
-    if len(set(zip(keys, corr, strict=True))) != b:
-        raise MemoryFileError(None, "malformed ErrorMemory state: duplicate bank keys")
-    v_ends = np.cumsum(lengths * dims)
-    l_ends = np.cumsum(lengths)
-    banks: dict[BankKey, _Bank] = {}
-    for i in range(b):
-        v = vectors[v_ends[i] - lengths[i] * dims[i] : v_ends[i]].reshape(int(lengths[i]), int(dims[i]))
-        lab = labels[l_ends[i] - lengths[i] : l_ends[i]]
-        banks[(keys[i], corr[i])] = _Bank(v.copy(), lab.copy())
-    return banks

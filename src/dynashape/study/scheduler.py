@@ -30,10 +30,7 @@ with ``FolderBusyError`` naming the orphan's pid, and the others go on.
 from __future__ import annotations
 
 import json
-import math
-import os
 import signal
-import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -41,31 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from dynashape.io import state
+from dynashape.study.ray_tasks import RESULT_FILES, Cluster, Placement, failure_text, quiet_loading
 from dynashape.train.config import RunConfig
 from dynashape.train.signals import StudyInterrupted
 
-__all__ = [
-    "RESULT_FILES",
-    "Job",
-    "Outcome",
-    "Placement",
-    "RunFailed",
-    "default_jobs",
-    "finished_eval",
-    "prepare",
-    "require_ray",
-    "run_jobs",
-]
+__all__ = ["Job", "Outcome", "finished_eval", "prepare", "run_jobs"]
 
-RESULT_FILES = ("config.yaml", "eval_base.json", "metrics.jsonl", "history.jsonl", "eval.json")
-"""The run folder's files a task sends back to the driver (what a comparison keeps of each run; eval.json last,
-since its presence marks the run finished)."""
 CANCEL_GRACE_SECONDS = 20.0
-"""How long cancelled tasks get to end before the driver stops waiting (the issue's bound is 30 s in all)."""
-
-
-class RunFailed(RuntimeError):
-    """A run's own exception, as the text the study records (``Type: message``)."""
+"""How long cancelled tasks get to end before the driver stops waiting (a stop should end within 30 s in all)."""
 
 
 @dataclass(frozen=True)
@@ -75,35 +55,6 @@ class Job:
     label: str
     cfg: RunConfig
     run_dir: Path
-
-
-@dataclass(frozen=True, kw_only=True)
-class Placement:
-    """Where the runs go, and what each one holds there.
-
-    Args:
-        address: None starts a local Ray (sized by ``jobs``) and shuts it down at the end; ``auto`` or
-            ``HOST:PORT`` joins a running cluster (``ray start --head`` / ``ray start --address``).
-        cpus_per_run: Ray CPUs each run holds, also its torch threads (at least 1). None: the machine's cores
-            over ``jobs`` on a local Ray, 1 on a cluster.
-        gpus_per_run: GPUs each run holds (a fraction shares one GPU between runs; 0: none).
-    """
-
-    address: str | None = None
-    cpus_per_run: float | None = None
-    gpus_per_run: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.cpus_per_run is not None and not self.cpus_per_run > 0:
-            raise ValueError(f"cpus_per_run must be > 0, got {self.cpus_per_run}")
-        if not self.gpus_per_run >= 0:
-            raise ValueError(f"gpus_per_run must be >= 0, got {self.gpus_per_run}")
-
-    def cpus(self, jobs: int) -> float:
-        """CPUs per run when ``jobs`` run at once."""
-        if self.cpus_per_run is not None:
-            return self.cpus_per_run
-        return float(max(1, default_jobs() // jobs)) if self.address is None else 1.0
 
 
 @dataclass
@@ -116,14 +67,6 @@ class Outcome:
     eval: dict[str, Any] | None = None
     seconds: float = 0.0
     error: str | None = None
-
-
-def default_jobs() -> int:
-    """The cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def _clock(seconds: float) -> str:
@@ -170,7 +113,7 @@ def prepare(configs: Iterable[RunConfig], *, log: Callable[[str], None] = lambda
     from dynashape.rewards import MathVerifier
     from dynashape.train.base_model import evaluate_base, load_base, prompt_format
 
-    _quiet_loading()
+    quiet_loading()
     seen: dict[str, RunConfig] = {}
     for cfg in configs:
         seen.setdefault(_identity(cfg), cfg)
@@ -194,24 +137,6 @@ def prepare(configs: Iterable[RunConfig], *, log: Callable[[str], None] = lambda
     return count
 
 
-def _quiet_loading() -> None:
-    """No transformers progress bars ("Loading weights") in a log of plain lines."""
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    except ImportError:  # transformers is optional for the toy's helpers; runs need it anyway
-        pass
-
-
-def _set_threads(threads: int) -> None:
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    import torch
-
-    torch.set_num_threads(threads)
-    _quiet_loading()
-
-
 def _run_one(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
     """Train (or resume) one run; ``train`` holds the folder's lock (a busy folder: ``FolderBusyError``).
 
@@ -221,28 +146,6 @@ def _run_one(cfg: RunConfig, run_dir: Path) -> dict[str, Any]:
 
     result = train(cfg, run_dir, progress=False, report=False)
     return {"eval": result.eval, "resumed_from": result.resumed_from}
-
-
-def _task(runner: Callable[[RunConfig, Path], dict[str, Any]], job: Job, threads: int) -> dict[str, Any]:
-    """What a Ray task runs: ``runner`` on the job with ``threads`` torch threads, and the run folder's
-    ``RESULT_FILES`` (bytes) to send back with its outcome."""
-    _set_threads(threads)
-    start = time.perf_counter()
-    try:
-        out = dict(runner(job.cfg, job.run_dir))
-    except Exception as err:
-        # sent back as text: an exception whose class cannot be pickled would reach the driver as Ray's
-        # "failed to deserialize", which says nothing of the run
-        raise RunFailed(f"{type(err).__name__}: {err}") from None
-    out["seconds"] = time.perf_counter() - start
-    out["host"], out["pid"] = socket.gethostname(), os.getpid()
-    files = {}
-    for name in RESULT_FILES:
-        path = job.run_dir / name
-        if path.is_file():
-            files[name] = path.read_bytes()
-    out["files"] = files
-    return out
 
 
 def _keep_files(run_dir: Path, files: dict[str, bytes]) -> None:
@@ -266,101 +169,99 @@ def _headline(ev: dict[str, Any] | None) -> str:
     )
 
 
-def require_ray() -> None:
-    """Refuse, in one line saying how to install it, a study where Ray is not installed (checked before a
-    comparison writes anything)."""
-    import importlib.util
+class _Dispatch:
+    """One ``run_jobs`` call's bookkeeping: the queue, the tasks in flight, the outcomes, the log lines and the
+    bar. Submits jobs in the queue's order while fewer than ``workers`` run, so that what the bar calls running is
+    what runs."""
 
-    if importlib.util.find_spec("ray") is None:
-        raise RuntimeError(
-            "the study engine runs each run as a Ray task and Ray is not installed: pip install 'dynashape[study]'"
+    def __init__(
+        self,
+        cluster: Cluster,
+        jobs: Sequence[Job],
+        *,
+        log: Callable[[str], None],
+        then: Callable[[Outcome], Sequence[Job]],
+        total: int,
+        runner: Callable[[RunConfig, Path], dict[str, Any]],
+    ) -> None:
+        self.cluster, self.log, self.then, self.total, self.runner = cluster, log, then, total, runner
+        self.queue = list(jobs)
+        self.outcomes: list[Outcome] = []
+        self.running: dict[Any, tuple[Job, float]] = {}  # Ray object ref -> (job, when it was submitted)
+        self.durations: list[float] = []  # wall times of the runs trained in this call, for the ETA
+        self.started_at = time.perf_counter()
+        self.bar: Any = None
+
+    def _eta(self, left: int) -> str:
+        """The time left: the mean wall time of this call's runs, ``workers`` of them at a time."""
+        if self.durations and left > 0:
+            mean = sum(self.durations) / len(self.durations)
+            return _clock(mean * left / min(self.cluster.jobs, max(left, 1)))
+        return _clock(0.0) if left <= 0 else "unknown"
+
+    def finish(self, outcome: Outcome) -> None:
+        """Record ``outcome``, log its line, move the bar, and queue the jobs ``then`` returns for it."""
+        self.outcomes.append(outcome)
+        if outcome.status in ("trained", "resumed"):
+            self.durations.append(outcome.seconds)
+        left = self.total - len(self.outcomes)
+        what = outcome.error if outcome.status == "failed" else _headline(outcome.eval)
+        self.log(
+            f"[{len(self.outcomes)}/{self.total}] {outcome.status} {outcome.job.label} in {_clock(outcome.seconds)}: "
+            f"{what}; elapsed {_clock(time.perf_counter() - self.started_at)}, {left} left, ETA {self._eta(left)}"
         )
+        if self.bar is not None:
+            if outcome.status == "reused":  # the bar counts the work of this invocation: its rate gives the ETA
+                self.bar.total -= 1
+            else:
+                self.bar.update(1)
+        self.queue.extend(self.then(outcome))
 
+    def launch(self, job: Job) -> None:
+        """Reuse ``job``'s finished run, or submit it as a Ray task."""
+        done = finished_eval(job)
+        if done is not None:
+            self.finish(Outcome(job, "reused", done))
+            return
+        partial = (job.run_dir / "checkpoints").exists()
+        self.log(f"start {job.label} ({'resuming' if partial else 'new'}) -> {job.run_dir}")
+        ref = self.cluster.remote.remote(self.runner, job.cfg, job.run_dir, self.cluster.threads)
+        self.running[ref] = (job, time.perf_counter())
 
-class _Cluster:
-    """The Ray the study runs on: a local one started here (shut down by ``close``), a cluster joined here
-    (``close`` disconnects, the cluster stays), or one the caller already started (left as it is)."""
+    def collect(self, ref: Any) -> None:
+        """A finished task's outcome, its files written into the driver's copy of the run folder."""
+        job, start = self.running.pop(ref)
+        try:
+            out = self.cluster.ray.get(ref)
+        except Exception as err:  # the run's own error, or a worker that died twice
+            self.finish(Outcome(job, "failed", seconds=time.perf_counter() - start, error=failure_text(err)))
+            return
+        _keep_files(job.run_dir, out.pop("files"))
+        self.finish(_outcome(job, out))
 
-    def __init__(self, placement: Placement, jobs: int | None) -> None:
-        import logging
+    def show(self) -> None:
+        if self.bar is not None:
+            failed = sum(o.status == "failed" for o in self.outcomes)
+            self.bar.set_postfix(failed=failed, running=len(self.running))
+            self.bar.update(0)  # a line when the last one is old enough (a log), a redraw on a terminal
 
-        if placement.address is not None:
-            _choose_token_auth()  # before Ray is imported: it reads its auth mode once, at import
-        require_ray()
-        import ray
+    def step(self, stop: list[int]) -> None:
+        """Fill the free slots from the queue, then wait up to half a second for a task to end."""
+        while self.queue and len(self.running) < self.cluster.jobs and not stop:
+            self.launch(self.queue.pop(0))
+        self.show()
+        if self.running:
+            ready, _ = self.cluster.ray.wait(list(self.running), num_returns=1, timeout=0.5)
+            for ref in ready:
+                self.collect(ref)
 
-        self.ray = ray
-        self.owned = not ray.is_initialized()
-        quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
-        if self.owned and placement.address is None:
-            jobs = default_jobs() if jobs is None else jobs
-            # sized by --jobs: `jobs` runs of `cpus_per_run` CPUs fit at once; a small object store, since all
-            # that travels is a run's summary files (well under a megabyte)
-            cpus = math.ceil(jobs * placement.cpus(jobs))
-            # address="local": a new Ray even where RAY_ADDRESS points at a cluster (joining one is --ray-address)
-            ray.init(address="local", num_cpus=cpus, object_store_memory=200 * 2**20, **quiet)
-        elif self.owned:
-            _join(ray, placement.address, quiet)
-        if jobs is None:  # as many runs at once as the cluster's CPUs (and GPUs) hold
-            resources = ray.cluster_resources()
-            fits = [resources.get("CPU", 0.0) / placement.cpus(1)]
-            if placement.gpus_per_run > 0:
-                fits.append(resources.get("GPU", 0.0) / placement.gpus_per_run)
-            jobs = max(1, math.floor(min(fits)))
-        self.jobs = jobs
-        cpus = placement.cpus(jobs)
-        self.threads = max(1, math.floor(cpus))
-        self.remote = ray.remote(_task).options(
-            num_cpus=cpus,
-            num_gpus=placement.gpus_per_run,
-            max_retries=1,  # a dead worker's task runs once more (system failures only, see retry_exceptions)
-            retry_exceptions=False,  # a run's own exception is deterministic: retrying would fail again
-        )
-
-    def cancel(self, refs: Iterable[Any], grace: float) -> None:
-        """Kill the tasks' workers and wait (at most ``grace`` seconds) until Ray has seen them end."""
-        refs = list(refs)
-        for ref in refs:
-            self.ray.cancel(ref, force=True, recursive=True)
-        if refs:
-            self.ray.wait(refs, num_returns=len(refs), timeout=grace)
-
-    def close(self) -> None:
-        if self.owned:
-            self.ray.shutdown()
-
-
-def _choose_token_auth() -> None:
-    """``ray start`` enables token authentication by default (Ray 2.5x) and writes the token to
-    ``~/.ray/auth_token``, but a driver that joins by address sends it only with ``RAY_AUTH_MODE=token`` set
-    before Ray is imported (seen with Ray 2.60: "Authentication token is missing or incorrect", then "Failed to
-    connect"). With a token at hand and no mode chosen, choose token mode."""
-    has_token = os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
-    if "RAY_AUTH_MODE" not in os.environ and (has_token or (Path.home() / ".ray" / "auth_token").is_file()):
-        os.environ["RAY_AUTH_MODE"] = "token"
-
-
-def _join(ray: Any, address: str, options: dict[str, Any]) -> None:
-    """Connect this process to the Ray cluster at ``address`` as its driver; a clear error when it cannot."""
-    try:
-        ray.init(address=address, **options)
-    except ConnectionError as err:
-        raise RuntimeError(
-            f"--ray-address {address}: cannot join a Ray cluster there ({err}); is `ray start --head` running, and "
-            "does this machine have the cluster's token (RAY_AUTH_TOKEN, or ~/.ray/auth_token from `ray "
-            "get-auth-token`), with RAY_AUTH_MODE=token set before Ray was imported?"
-        ) from err
-
-
-def _failure(err: BaseException) -> str:
-    """What the record says of a failed task: the run's own exception, or what Ray says of a dead worker."""
-    import ray.exceptions as rex
-
-    if isinstance(err, rex.RayTaskError):
-        cause = err.cause
-        return str(cause) if isinstance(cause, RunFailed) else f"{type(cause).__name__}: {cause}"
-    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    return f"{type(err).__name__} (retried once): {first}"
+    def cancel(self) -> int:
+        """Cancel every task in flight; returns how many there were."""
+        cancelled = len(self.running)
+        if self.running:
+            self.cluster.cancel(self.running, CANCEL_GRACE_SECONDS)
+            self.running.clear()
+        return cancelled
 
 
 def run_jobs(
@@ -396,88 +297,25 @@ def run_jobs(
 
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    placement = placement or Placement()
-    outcomes: list[Outcome] = []
-    queue = list(jobs)
-    total = expected if expected is not None else len(queue)
-    started_at = time.perf_counter()
-    durations: list[float] = []
-    running: dict[Any, tuple[Job, float]] = {}
-    bar = None
-    cluster = _Cluster(placement, workers)
-    workers = cluster.jobs
-
-    def finish(outcome: Outcome) -> None:
-        outcomes.append(outcome)
-        if outcome.status in ("trained", "resumed"):
-            durations.append(outcome.seconds)
-        left = total - len(outcomes)
-        eta = "unknown"
-        if durations and left > 0:  # mean wall time of this invocation's runs, `workers` of them at a time
-            eta = _clock(sum(durations) / len(durations) * left / min(workers, max(left, 1)))
-        elif left <= 0:
-            eta = _clock(0.0)
-        what = outcome.error if outcome.status == "failed" else _headline(outcome.eval)
-        log(
-            f"[{len(outcomes)}/{total}] {outcome.status} {outcome.job.label} in {_clock(outcome.seconds)}: {what}; "
-            f"elapsed {_clock(time.perf_counter() - started_at)}, {left} left, ETA {eta}"
-        )
-        if bar is not None:
-            if outcome.status == "reused":  # the bar counts the work of this invocation: its rate gives the ETA
-                bar.total -= 1
-            else:
-                bar.update(1)
-        queue.extend(then(outcome))
-
-    def launch(job: Job) -> None:
-        done = finished_eval(job)
-        if done is not None:
-            finish(Outcome(job, "reused", done))
-            return
-        partial = (job.run_dir / "checkpoints").exists()
-        log(f"start {job.label} ({'resuming' if partial else 'new'}) -> {job.run_dir}")
-        running[cluster.remote.remote(runner, job, cluster.threads)] = (job, time.perf_counter())
-
-    def collect(ref: Any) -> None:
-        job, start = running.pop(ref)
-        try:
-            out = cluster.ray.get(ref)
-        except Exception as err:  # the run's own error, or a worker that died twice
-            finish(Outcome(job, "failed", seconds=time.perf_counter() - start, error=_failure(err)))
-            return
-        _keep_files(job.run_dir, out.pop("files"))
-        finish(_outcome(job, out))
-
-    def show() -> None:
-        if bar is not None:
-            bar.set_postfix(failed=sum(o.status == "failed" for o in outcomes), running=len(running))
-            bar.update(0)  # a line when the last one is old enough (a log), a redraw on a terminal
-
+    cluster = Cluster(placement or Placement(), workers)
+    total = expected if expected is not None else len(jobs)
+    run = _Dispatch(cluster, jobs, log=log, then=then, total=total, runner=runner)
     try:
         with stop_requests(message="cancelling every run of the study (a second signal stops at once)") as stop:
-            bar = progress_bar(total, "study", progress, unit="runs", interval=10.0)
-            while (queue or running) and not stop:
-                while queue and len(running) < workers and not stop:
-                    launch(queue.pop(0))
-                show()
-                if running:
-                    ready, _ = cluster.ray.wait(list(running), num_returns=1, timeout=0.5)
-                    for ref in ready:
-                        collect(ref)
-            show()
+            run.bar = progress_bar(total, "study", progress, unit="runs", interval=10.0)
+            while (run.queue or run.running) and not stop:
+                run.step(stop)
+            run.show()
             if stop:
-                cancelled = len(running)
-                log(f"{signal.Signals(stop[0]).name} received: cancelling {cancelled} running runs")
-                cluster.cancel(running, CANCEL_GRACE_SECONDS)
-                running.clear()
-                raise StudyInterrupted(stop[0], finished=len(outcomes), cancelled=cancelled)
+                log(f"{signal.Signals(stop[0]).name} received: cancelling {len(run.running)} running runs")
+                cancelled = run.cancel()
+                raise StudyInterrupted(stop[0], finished=len(run.outcomes), cancelled=cancelled)
     finally:
-        if bar is not None:
-            bar.close()
-        if running:  # an error in this process (a `then` that raised): no task outlives the study
-            cluster.cancel(running, CANCEL_GRACE_SECONDS)
+        if run.bar is not None:
+            run.bar.close()
+        run.cancel()  # an error in this process (a `then` that raised): no task outlives the study
         cluster.close()
-    return outcomes
+    return run.outcomes
 
 
 def _outcome(job: Job, out: dict[str, Any]) -> Outcome:

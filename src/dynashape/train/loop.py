@@ -7,14 +7,15 @@
 
 Everything method-specific comes from ``TrainConfig`` (a preset): which reward columns, which shaper, which
 loss. No branch here names a method. ``run.py`` owns the run folder, checkpoints and evaluation.
+The prompts drawn (``prompt_stream.py``), the reward columns (``reward_columns.py``), the held-out signals
+(``held_out.py``) and what a step records (``step_metrics.py``) are modules of their own.
 """
 
 from __future__ import annotations
 
-import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,110 +23,15 @@ import torch
 from dynashape.losses.registry import LossInputs, get_loss
 from dynashape.rewards.answers import has_boxed_answer
 from dynashape.runtime.prompts import encode_questions
-from dynashape.runtime.sampler import (
-    Rollouts,
-    TokenStats,
-    concat_rollouts,
-    sample,
-    sequence_logprobs,
-)
+from dynashape.runtime.sampler import Rollouts, TokenStats, concat_rollouts, sample, sequence_logprobs
 from dynashape.train.config import TrainConfig
+from dynashape.train.held_out import held_out_signals, sample_held_out
+from dynashape.train.prompt_stream import PromptStream
+from dynashape.train.reward_columns import reward_columns
+from dynashape.train.step_metrics import StepOutput, TokenCount, rollout_metrics, token_metrics
 from dynashape.world.base import Problem
 
 __all__ = ["PromptStream", "StepOutput", "Trainer", "reward_columns"]
-
-
-# ------------------------------------------------------------------------------------------------- data
-class PromptStream:
-    """Endless seeded pass over the training problems: epoch e visits a permutation drawn from (seed, e).
-
-    The position (epoch, index) is all its state, so a resumed run draws the same prompts.
-    """
-
-    def __init__(self, problems: Sequence[Problem], seed: int) -> None:
-        if not problems:
-            raise ValueError("problems must not be empty")
-        self.problems = problems
-        self.seed = seed
-        self.epoch = 0
-        self.index = 0
-        self._order = self._permutation(0)
-
-    def _permutation(self, epoch: int) -> list[int]:
-        return random.Random(f"prompts-{self.seed}-{epoch}").sample(range(len(self.problems)), len(self.problems))
-
-    def take(self, count: int) -> list[Problem]:
-        out = []
-        for _ in range(count):
-            if self.index == len(self._order):
-                self.epoch, self.index = self.epoch + 1, 0
-                self._order = self._permutation(self.epoch)
-            out.append(self.problems[self._order[self.index]])
-            self.index += 1
-        return out
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "index": self.index}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.index = int(state["epoch"]), int(state["index"])
-        self._order = self._permutation(self.epoch)
-
-
-# ---------------------------------------------------------------------------------------------- rewards
-def reward_columns(
-    names: Sequence[str], correct: torch.Tensor, lengths: torch.Tensor, cfg: TrainConfig
-) -> torch.Tensor | None:
-    """The ``RolloutBatch.rewards`` columns a preset asks for, [N, K] float32, or None for ``()``."""
-    if not names:
-        return None
-    c = correct.float()
-    columns: dict[str, Callable[[], torch.Tensor]] = {
-        "correct": lambda: c,
-        "overlong": lambda: _overlong(lengths, cfg),
-        "correct_overlong": lambda: c + _overlong(lengths, cfg),
-        "correct_short": lambda: c * (lengths <= cfg.length_threshold).float(),
-    }
-    return torch.stack([columns[name]() for name in names], dim=1)
-
-
-def _overlong(lengths: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
-    from dynashape.rewards.length import overlong_penalty
-
-    return overlong_penalty(lengths, cfg.max_new_tokens, cfg.overlong.buffer, cfg.overlong.factor).float()
-
-
-# ------------------------------------------------------------------------------------------------- step
-@dataclass
-class StepOutput:
-    """What one step produced: metrics (flat floats) and per-rollout records (for reports)."""
-
-    metrics: dict[str, float]
-    lengths: torch.Tensor = field(repr=False)
-    correct: torch.Tensor = field(repr=False)
-
-
-@dataclass(frozen=True)
-class TokenCount:
-    """Tokens sampled: prompt tokens (BOS and template included, pads not) and response tokens (EOS included)
-    of every rollout drawn, over ``rounds`` sampling rounds. What a step costs whether or not its rollouts reach
-    the loss: dynamic sampling's discarded rounds (DAPO, DLER) and a filter's dropped rollouts (GFPO) count."""
-
-    prompt: int = 0
-    response: int = 0
-    rounds: int = 0
-
-    @staticmethod
-    def of(rollouts: Rollouts) -> TokenCount:
-        """One sampling round: ``prompt_mask`` [N, P] and ``lengths`` [N] summed over its N rollouts, each rollout
-        counting its own copy of the prompt (the sampler prefills all N rows)."""
-        return TokenCount(int(rollouts.prompt_mask.sum()), int(rollouts.lengths.sum()), 1)
-
-    def __add__(self, other: TokenCount) -> TokenCount:
-        return TokenCount(self.prompt + other.prompt, self.response + other.response, self.rounds + other.rounds)
-
-    def state_dict(self) -> dict[str, int]:
-        return {"prompt": self.prompt, "response": self.response, "rounds": self.rounds}
 
 
 @dataclass
@@ -252,48 +158,18 @@ class Trainer:
         return correct & ~rollouts.truncated.cpu(), formatted
 
     def _held_out(self, n: int, purpose: int) -> Any:
-        """``n`` samples of every validation problem at the training temperature and cap, from a generator of
-        their own (seeded by seed, step and purpose), so the training draws stay as they are."""
-        from dynashape.train.evaluation import sample_responses
-
-        return sample_responses(
+        """``n`` samples of every validation problem (``held_out.sample_held_out``), on this step's own seed."""
+        return sample_held_out(
             self.model,
             self.tokenizer,
             self.validation,
             self.verifier,
+            self.cfg,
             n=n,
-            max_new_tokens=self.cfg.max_new_tokens,
-            temperature=self.cfg.temperature,
             seed=(self.cfg.seed * 1_000_003 + self.step_index) * 4 + purpose,
             device=self.device,
             prompt_format=self.prompt_format,
         )
-
-    def _held_out_signals(self) -> dict[str, float]:
-        """Before a step: the validation accuracy, every ``validation_every`` steps from step 0 (verl validates
-        before training too), handed to a shaper that reads it (AALC); and a monitor set's rollouts, every
-        ``refresh_every`` steps of the shaper's config from step 0, for a shaper that reads them (LASER-D, with
-        its ``n_rollout`` samples per prompt)."""
-        from dynashape.core.batch import RolloutBatch
-
-        cfg, needs, metrics = self.cfg, self.shaper.needs, {}
-        if cfg.validation_every and self.step_index % cfg.validation_every == 0:
-            accuracy = float(self._held_out(cfg.validation_samples, purpose=1).correct.mean())
-            metrics["val/accuracy"] = accuracy
-            if needs.validation_accuracy:
-                self.shaper.observe(validation_accuracy=accuracy)
-        if needs.monitor_rollouts and self.step_index % self.shaper.config.refresh_every == 0:
-            n = self.shaper.config.n_rollout
-            monitor = self._held_out(n, purpose=2)
-            self.shaper.observe(
-                monitor=RolloutBatch(
-                    group_ids=torch.arange(len(self.validation)).repeat_interleave(n),
-                    correct=torch.from_numpy(monitor.correct),
-                    lengths=torch.from_numpy(monitor.lengths),
-                )
-            )
-            metrics["monitor/accuracy"] = float(monitor.correct.mean())
-        return metrics
 
     def _collect(self, timings: dict[str, float]) -> _Collected:
         """Sample groups; under dynamic sampling keep only mixed groups, refilling for a few rounds."""
@@ -350,16 +226,9 @@ class Trainer:
         """This step's sampled tokens (``tokens/prompt``, ``tokens/response``) and the run's totals so far
         (``tokens/prompt_total``, ``tokens/response_total``, ``sampling_rounds_total``); adds ``step`` to the
         totals. The totals are left out when unknown (a run resumed from a checkpoint without them)."""
-        out = {"tokens/prompt": float(step.prompt), "tokens/response": float(step.response)}
         if self.tokens_ is not None:
             self.tokens_ += step
-            total = self.tokens_
-            out |= {
-                "tokens/prompt_total": float(total.prompt),
-                "tokens/response_total": float(total.response),
-                "sampling_rounds_total": float(total.rounds),
-            }
-        return out
+        return token_metrics(step, self.tokens_)
 
     def _budgets(self, problems: list[Problem]) -> torch.Tensor | None:
         """LongTensor [N] of the budgets the rollouts' prompts name, for a shaper that reads them (L1)."""
@@ -460,7 +329,7 @@ class Trainer:
         cfg = self.cfg
         timings = {"sample": 0.0, "verify": 0.0, "old_logprob": 0.0, "shape": 0.0, "update": 0.0}
         t_start = time.perf_counter()
-        held_out = self._held_out_signals()
+        held_out = held_out_signals(self.shaper, cfg, self.step_index, len(self.validation), self._held_out)
         if held_out:  # only then: the metrics of runs without it keep their keys
             timings["held_out"] = time.perf_counter() - t_start
         col = self._collect(timings)
@@ -529,25 +398,3 @@ class Trainer:
         timings["step"] = time.perf_counter() - t_start
         metrics.update({f"time/{k}": v for k, v in timings.items()})
         return StepOutput(metrics, s["lengths"], s["correct"])
-
-
-def rollout_metrics(
-    problems: Sequence[Problem], correct: torch.Tensor, lengths: torch.Tensor, truncated: torch.Tensor
-) -> dict[str, float]:
-    """Accuracy and length overall and per difficulty (mean / min / max), truncation rate."""
-    difficulty = torch.tensor([p.difficulty for p in problems])
-    lengths_f = lengths.float()
-    out = {
-        "accuracy": float(correct.float().mean()),
-        "length/mean": float(lengths_f.mean()),
-        "truncated_frac": float(truncated.float().mean()),
-    }
-    if bool(correct.any()):  # absent rather than NaN, so every logged value is finite
-        out["length/mean_correct"] = float(lengths_f[correct].mean())
-    for d in torch.unique(difficulty).tolist():  # a handful of difficulty levels, not rollouts
-        sel = difficulty == d
-        out[f"accuracy/d{d}"] = float(correct[sel].float().mean())
-        out[f"length/d{d}/mean"] = float(lengths_f[sel].mean())
-        out[f"length/d{d}/min"] = float(lengths_f[sel].min())
-        out[f"length/d{d}/max"] = float(lengths_f[sel].max())
-    return out

@@ -304,7 +304,7 @@ def run_summary(
 ) -> dict[str, Any]:
     """eval.json's content (without its timings): base vs final, AES, the lambda trajectory of LEAD runs, and the
     tokens the run sampled in all (``tokens_sampled``: prompt and response tokens of every rollout drawn, and the
-    sampling rounds; ``loop.TokenCount``)."""
+    sampling rounds; ``step_metrics.TokenCount``)."""
     from dynashape.core.metrics import aes
 
     budget = cfg.train.max_new_tokens

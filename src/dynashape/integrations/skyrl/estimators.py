@@ -33,8 +33,8 @@ from typing import Any
 
 import torch
 
+from dynashape.integrations.convert import batch_from_rows, broadcast_advantages, check_shapes
 from dynashape.integrations.skyrl.settings import EstimatorSettings, parse_settings
-from dynashape.integrations.verl.convert import batch_from_rows, broadcast_advantages, check_shapes
 from dynashape.shapers import Shaped, available_shapers, config_class, shaper_needs
 
 __all__ = [

@@ -67,6 +67,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from dynashape.core.batch import RolloutBatch
 from dynashape.integrations._prompts import prompt_key_of
+from dynashape.integrations.trl.fingerprints import is_policy_forward, logps_with_fingerprints
 from dynashape.integrations.trl.keep import ROW_MEAN_LOSSES, check_row_mean_loss, drop_rows, kept_share
 from dynashape.integrations.trl.options import SUPPORTED_TRL, check_trl_version, check_unhonoured_options
 from dynashape.integrations.trl.signals import (
@@ -76,7 +77,7 @@ from dynashape.integrations.trl.signals import (
     check_budget_column,
     check_eval_signal_options,
 )
-from dynashape.integrations.trl.state import STATE_FILE, ShaperStateCallback, load_shaper_state
+from dynashape.integrations.trl.state import STATE_FILE, ShaperStateCallback, load_shaper_state, restore_shaper_state
 from dynashape.meds.capture import OFFICIAL_FINGERPRINT_LAYERS, FingerprintCapture
 from dynashape.meds.positions import answer_positions, answer_targets
 from dynashape.rewards.answers import has_boxed_answer
@@ -217,47 +218,25 @@ class ShapedGRPOTrainer(GRPOTrainer):
                 model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
             )
         # The old-log-prob forward of the policy: one capture per chunk of rows (TRL chunks by batch_size).
-        batch_size = batch_size or input_ids.size(0)
-        if any(v is not None for k, v in kwargs.items() if k not in ("compute_entropy", "compute_aux_loss")):
-            raise NotImplementedError("dynashape fingerprints in TRL support text-only models")
-        completion = input_ids[:, -logits_to_keep:]
-        completion_mask = attention_mask[:, -logits_to_keep:].bool()
-        positions = answer_positions(completion, self.processing_class, response_mask=completion_mask)
-        targets = answer_targets(completion.masked_fill(~completion_mask, -1), positions)
-        offset = input_ids.size(1) - logits_to_keep  # prompts are left-padded to one width
-        seq_positions = torch.where(positions >= 0, positions + offset, -1)
-        outputs, prints = [], []
-        for start in range(0, input_ids.size(0), batch_size):
-            rows = slice(start, start + batch_size)
-            unwrapped = self.accelerator.unwrap_model(model)
-            with FingerprintCapture(
-                unwrapped, seq_positions[rows], targets[rows], **self.fingerprint_options
-            ) as capture:
-                outputs.append(
-                    super()._get_per_token_logps_and_entropies(
-                        model, input_ids[rows], attention_mask[rows], logits_to_keep, None, **kwargs
-                    )
-                )
-            prints.append(capture.result())
-        self._ds_fingerprints = torch.cat(prints)
-        logps = torch.cat([o[0] for o in outputs])
-        entropies = None if outputs[0][1] is None else torch.cat([o[1] for o in outputs])
-        aux = None if outputs[0][2] is None else torch.stack([o[2] for o in outputs]).mean()
-        return logps, entropies, aux
+        result, self._ds_fingerprints = logps_with_fingerprints(
+            super()._get_per_token_logps_and_entropies,
+            model,
+            self.accelerator.unwrap_model(model),
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size,
+            tokenizer=self.processing_class,
+            options=self.fingerprint_options,
+            **kwargs,
+        )
+        return result
 
     def _is_policy_forward(self, model: Any) -> bool:
         """True for a forward of the trained policy: not the reference model, not the adapter-disabled PEFT model."""
         if model is not self.model:
             return False
-        if self._ds_policy_adapter is None:
-            return True
-        from peft.tuners.tuners_utils import BaseTunerLayer
-
-        unwrapped = self.accelerator.unwrap_model(model)
-        if unwrapped.active_adapter != self._ds_policy_adapter:  # TRL's "ref" adapter
-            return False
-        tuner = next((m for m in unwrapped.modules() if isinstance(m, BaseTunerLayer)), None)
-        return tuner is None or not tuner.disable_adapters  # disable_adapter(): the base model
+        return is_policy_forward(self.accelerator.unwrap_model(model), self._ds_policy_adapter)
 
     # -- the override ---------------------------------------------------------------------------------------
 
@@ -409,23 +388,6 @@ class ShapedGRPOTrainer(GRPOTrainer):
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
-            return
-        from accelerate.utils import gather_object
-
-        path = os.path.join(checkpoint, STATE_FILE)
-        found = gather_object([os.path.exists(path)])
-        if any(found) and not all(found):
-            # Processes resuming with different shaper states would slice different advantage vectors.
-            missing = [rank for rank, ok in enumerate(found) if not ok]
-            raise RuntimeError(
-                f"dynashape: {path} exists on some processes but not on processes {missing}; the nodes do not share "
-                "the checkpoint folder. Train with save_on_each_node=True (or a shared filesystem) and resume again"
-            )
-        step = re.fullmatch(r"checkpoint-(\d+)", os.path.basename(os.path.normpath(checkpoint)))
-        self._ds_observed_step = int(step[1]) if step else None
-        if found[0]:
-            self.shaper.load_state_dict(load_shaper_state(path, global_step=int(step[1]) if step else None))
-            logger.info("dynashape: restored shaper state from %s", path)
-        else:
-            logger.warning("dynashape: %s not found; the shaper starts fresh", path)
+        if checkpoint is not None:
+            # the step resumed from counts as observed: its evaluation's observation is in the restored state
+            self._ds_observed_step = restore_shaper_state(self.shaper, checkpoint)

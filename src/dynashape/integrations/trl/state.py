@@ -6,7 +6,9 @@ with every checkpoint and ``load_shaper_state`` reads it back on resume (refusin
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from typing import Any
 
 from transformers import TrainerCallback
@@ -14,10 +16,12 @@ from transformers import TrainerCallback
 from dynashape.io.state import StateFileError, torch_load, torch_save
 from dynashape.shapers import Shaper
 
-__all__ = ["STATE_FILE", "STATE_FORMAT", "ShaperStateCallback", "load_shaper_state"]
+__all__ = ["STATE_FILE", "STATE_FORMAT", "ShaperStateCallback", "load_shaper_state", "restore_shaper_state"]
 
 STATE_FILE = "dynashape_shaper.pt"
 STATE_FORMAT = "dynashape-trl-shaper-state/1"
+
+logger = logging.getLogger(__name__)
 
 
 class ShaperStateCallback(TrainerCallback):
@@ -71,3 +75,30 @@ def load_shaper_state(path: str, *, global_step: int | None = None) -> dict[str,
             path, f"written at global step {payload['global_step']}, but TRL resumes from step {global_step}"
         )
     return payload["shaper"]
+
+
+def restore_shaper_state(shaper: Shaper, checkpoint: str) -> int | None:
+    """On resume from TRL's ``checkpoint`` folder: load the shaper state saved there, on every process, and return
+    the folder's step (``checkpoint-N``; None for a folder named otherwise).
+
+    A missing file starts the shaper fresh, with a warning. Called on every process (a collective): a file that
+    some processes find and others do not is refused, since processes resuming with different shaper states
+    would slice different advantage vectors.
+    """
+    from accelerate.utils import gather_object
+
+    path = os.path.join(checkpoint, STATE_FILE)
+    found = gather_object([os.path.exists(path)])
+    if any(found) and not all(found):
+        missing = [rank for rank, ok in enumerate(found) if not ok]
+        raise RuntimeError(
+            f"dynashape: {path} exists on some processes but not on processes {missing}; the nodes do not share "
+            "the checkpoint folder. Train with save_on_each_node=True (or a shared filesystem) and resume again"
+        )
+    step = re.fullmatch(r"checkpoint-(\d+)", os.path.basename(os.path.normpath(checkpoint)))
+    if found[0]:
+        shaper.load_state_dict(load_shaper_state(path, global_step=int(step[1]) if step else None))
+        logger.info("dynashape: restored shaper state from %s", path)
+    else:
+        logger.warning("dynashape: %s not found; the shaper starts fresh", path)
+    return int(step[1]) if step else None

@@ -120,7 +120,42 @@ def config_problems(config: Any) -> list[str]:
     reward_name = str(_get(config, "reward.custom_reward_function.name", "") or "")
     ours_reward = reward_path in OUR_REWARD_PATHS and reward_name == "compute_score"
 
-    # --- the verdict -------------------------------------------------------------------------------------
+    problems += _verdict_problems(
+        config, name, settings, acc_reaches_estimator=acc_reaches_estimator, ours_reward=ours_reward
+    )
+
+    # --- multi-turn rollouts ------------------------------------------------------------------------------
+    if _truthy(_get(config, "actor_rollout_ref.rollout.multi_turn.enable", False)):
+        problems.append(
+            "actor_rollout_ref.rollout.multi_turn.enable=true: multi-turn responses interleave tool output that the "
+            f"response mask leaves out, so '{name}' would read neither the response length nor the answer as its "
+            "paper defines them (untested); set actor_rollout_ref.rollout.multi_turn.enable=false"
+        )
+
+    # --- what only the dynashape trainer mode provides (the shaper's declaration, Shaper.needs) --------------
+    extras = trainer_extras(name)
+    if extras and not dynashape_mode:
+        problems.append(
+            f"trainer.use_v1={str(use_v1).lower()} trainer.v1.trainer_mode={trainer_mode}: '{name}' needs {extras}, "
+            "which only the dynashape trainer mode provides; set trainer.use_v1=true trainer.v1.trainer_mode=dynashape"
+        )
+
+    # --- the field's signals: budgets, the validation accuracy, the monitor, dropped rows ---------------------
+    problems += _signal_problems(config, name, settings, use_v1=use_v1, dynashape_mode=dynashape_mode)
+
+    # --- the fingerprints (MEDS) -----------------------------------------------------------------------------
+    if shaper_needs(name).fingerprints:
+        problems += _fingerprint_problems(config)
+    return problems
+
+
+def _verdict_problems(
+    config: Any, name: str, settings: EstimatorSettings | None, *, acc_reaches_estimator: bool, ours_reward: bool
+) -> list[str]:
+    """Whether the estimator can tell right from wrong: the summed reward above ``correct_threshold`` is wrong
+    once a KL term or an overlong penalty changes it, and the reward function's ``acc`` reaches the estimator
+    only through the ``dynashape`` trainer mode (or verl's legacy trainer)."""
+    problems: list[str] = []
     verdict = settings.verdict if settings is not None else "auto"
     changed_by = []
     if _truthy(_get(config, "algorithm.use_kl_in_reward", False)):
@@ -151,65 +186,50 @@ def config_problems(config: Any) -> list[str]:
                 f"reward.custom_reward_function.name=compute_score (it returns acc), or, if your reward function "
                 f"returns {{'score': ..., 'acc': ...}}, say so with +algorithm.{name}.verdict=acc"
             )
+    return problems
 
-    # --- multi-turn rollouts ------------------------------------------------------------------------------
-    if _truthy(_get(config, "actor_rollout_ref.rollout.multi_turn.enable", False)):
+
+def _fingerprint_problems(config: Any) -> list[str]:
+    """What MEDS's fingerprints need from verl: they are taken by the patched FSDP actor in the old-log-prob
+    forward, on the packed (remove-padding) sequence, at the ``lm_head`` module."""
+    problems: list[str] = []
+    strategy = str(_get(config, "actor_rollout_ref.actor.strategy", "fsdp"))
+    if strategy not in MEDS_STRATEGIES:
         problems.append(
-            "actor_rollout_ref.rollout.multi_turn.enable=true: multi-turn responses interleave tool output that the "
-            f"response mask leaves out, so '{name}' would read neither the response length nor the answer as its "
-            "paper defines them (untested); set actor_rollout_ref.rollout.multi_turn.enable=false"
+            f"actor_rollout_ref.actor.strategy={strategy}: MEDS fingerprints are taken in verl's FSDP engine "
+            f"only; set actor_rollout_ref.actor.strategy=fsdp or fsdp2"
         )
-
-    # --- what only the dynashape trainer mode provides (the shaper's declaration, Shaper.needs) --------------
-    extras = trainer_extras(name)
-    if extras and not dynashape_mode:
+    ulysses = max(
+        int(_get(config, "actor_rollout_ref.actor.ulysses_sequence_parallel_size", 1)),
+        int(_get(config, "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size", 1)),
+    )
+    if ulysses > 1:
         problems.append(
-            f"trainer.use_v1={str(use_v1).lower()} trainer.v1.trainer_mode={trainer_mode}: '{name}' needs {extras}, "
-            "which only the dynashape trainer mode provides; set trainer.use_v1=true trainer.v1.trainer_mode=dynashape"
+            f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={ulysses}: with Ulysses sequence "
+            "parallelism each rank holds a slice of the packed sequence and the answer position may be on "
+            "another rank; set it to 1"
         )
-
-    # --- the field's signals: budgets, the validation accuracy, the monitor, dropped rows ---------------------
-    problems += _signal_problems(config, name, settings, use_v1=use_v1, dynashape_mode=dynashape_mode)
-
-    # --- the fingerprints (MEDS) -----------------------------------------------------------------------------
-    if shaper_needs(name).fingerprints:
-        strategy = str(_get(config, "actor_rollout_ref.actor.strategy", "fsdp"))
-        if strategy not in MEDS_STRATEGIES:
-            problems.append(
-                f"actor_rollout_ref.actor.strategy={strategy}: MEDS fingerprints are taken in verl's FSDP engine "
-                f"only; set actor_rollout_ref.actor.strategy=fsdp or fsdp2"
-            )
-        ulysses = max(
-            int(_get(config, "actor_rollout_ref.actor.ulysses_sequence_parallel_size", 1)),
-            int(_get(config, "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size", 1)),
+    if not _truthy(_get(config, "actor_rollout_ref.model.use_remove_padding", True)):  # verl's default: true
+        problems.append(
+            "actor_rollout_ref.model.use_remove_padding=false: the fingerprint hooks locate answers in verl's "
+            "packed (remove-padding) forward; set actor_rollout_ref.model.use_remove_padding=true"
         )
-        if ulysses > 1:
-            problems.append(
-                f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={ulysses}: with Ulysses sequence "
-                "parallelism each rank holds a slice of the packed sequence and the answer position may be on "
-                "another rank; set it to 1"
-            )
-        if not _truthy(_get(config, "actor_rollout_ref.model.use_remove_padding", True)):  # verl's default: true
-            problems.append(
-                "actor_rollout_ref.model.use_remove_padding=false: the fingerprint hooks locate answers in verl's "
-                "packed (remove-padding) forward; set actor_rollout_ref.model.use_remove_padding=true"
-            )
-        if _truthy(_get(config, "actor_rollout_ref.model.use_fused_kernels", False)):
-            problems.append(
-                "actor_rollout_ref.model.use_fused_kernels=true: the fused head computes log-probs without running "
-                "the lm_head module, where the fingerprints read the head; set "
-                "actor_rollout_ref.model.use_fused_kernels=false"
-            )
-        if _truthy(_get(config, "algorithm.rollout_correction.bypass_mode", False)):
-            problems.append(
-                "algorithm.rollout_correction.bypass_mode=true: bypass mode uses the rollout's log-probs and skips "
-                "the actor's old-log-prob forward, which takes the fingerprints; set "
-                "algorithm.rollout_correction.bypass_mode=false"
-            )
-        if os.environ.get(PATCH_ENV, "1") == "0":
-            problems.append(
-                f"environment {PATCH_ENV}=0: the FSDP actor is left unpatched, so no fingerprints are taken; unset it"
-            )
+    if _truthy(_get(config, "actor_rollout_ref.model.use_fused_kernels", False)):
+        problems.append(
+            "actor_rollout_ref.model.use_fused_kernels=true: the fused head computes log-probs without running "
+            "the lm_head module, where the fingerprints read the head; set "
+            "actor_rollout_ref.model.use_fused_kernels=false"
+        )
+    if _truthy(_get(config, "algorithm.rollout_correction.bypass_mode", False)):
+        problems.append(
+            "algorithm.rollout_correction.bypass_mode=true: bypass mode uses the rollout's log-probs and skips "
+            "the actor's old-log-prob forward, which takes the fingerprints; set "
+            "algorithm.rollout_correction.bypass_mode=false"
+        )
+    if os.environ.get(PATCH_ENV, "1") == "0":
+        problems.append(
+            f"environment {PATCH_ENV}=0: the FSDP actor is left unpatched, so no fingerprints are taken; unset it"
+        )
     return problems
 
 

@@ -45,16 +45,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from dynashape.integrations.verl.convert import (
+from dynashape.integrations.convert import (
     batch_from_rows,
     broadcast_advantages,
     check_shapes,
     content_order,
-    correct_from_acc,
     group_ids_from_index,
     reordered,
-    rollout_batch_from_verl,
 )
+from dynashape.integrations.verl.convert import correct_from_acc, rollout_batch_from_verl
 from dynashape.integrations.verl.settings import ADAPTER_KEYS, EstimatorSettings, parse_settings
 from dynashape.integrations.verl.state import save_state_atomic
 from dynashape.shapers import Shaped, available_shapers, config_class, shaper_needs
