@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +118,23 @@ def test_every_row_starts_from_the_shipped_budget_tolerant_base():
     assert base_model_key(world, cfg.model, cfg.warmup) == BUDGET_BASE_KEY
     shipped = shipped_manifest(world, BUDGET_BASE_KEY)
     assert shipped is not None and shipped[0].name == "base_model_budget"
+
+
+def test_every_committed_run_is_as_registered():
+    """Each run of the study committed so far (results/comparison-frontiers, summaries only) wrote the config.yaml
+    its row's registration makes (the plan's base, evaluation, preset and fixed values), whole."""
+    import yaml
+
+    plan = _plan()
+    folder = Path(__file__).resolve().parents[2] / "results" / "comparison-frontiers"
+    configs = sorted(folder.glob("runs/*/*/config.yaml"))
+    assert configs, "the study's first runs are committed with this test"
+    template = RunConfig(eval=EvalConfig(**plan.eval), warmup=WarmupConfig(**plan.warmup))
+    for path in configs:
+        regime, (row, _, seed) = path.parent.parent.name, path.parent.name.rpartition("-seed")
+        assert row in plan.rows[regime], path
+        named = row if row != plan.preset(row) else None
+        point = plan.fixed.get(f"{regime}/{row}", {})
+        spec = RunSpec(method=plan.preset(row), regime=regime, seed=int(seed), overrides=point, row=named)
+        want = yaml.safe_load(yaml.safe_dump(spec_config(spec, template).to_dict()))
+        assert yaml.safe_load(path.read_text()) == want, path
