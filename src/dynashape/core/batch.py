@@ -98,14 +98,20 @@ def _token_counts(field: str, value: Any, check_rows: _RowCheck) -> torch.Tensor
     return t
 
 
+def _float_matrix(field: str, width: str, value: Any, check_rows: _RowCheck) -> torch.Tensor:
+    """``value`` as a floating tensor [N, width] with width >= 1 and N rows (``check_rows``)."""
+    t = _as_tensor(field, value)
+    if t.dim() != 2 or t.shape[1] == 0:
+        raise ValueError(f"{field} must be 2-D [N, {width}] with {width} >= 1, got shape {tuple(t.shape)}")
+    check_rows(field, t)
+    if not t.is_floating_point():
+        raise ValueError(f"{field} must have a floating dtype, got {t.dtype}")
+    return t
+
+
 def _rewards(value: Any, check_rows: _RowCheck) -> torch.Tensor:
     """The extra reward channels as a float [N, K], K >= 1, every value finite."""
-    rewards = _as_tensor("rewards", value)
-    if rewards.dim() != 2 or rewards.shape[1] == 0:
-        raise ValueError(f"rewards must be 2-D [N, K] with K >= 1, got shape {tuple(rewards.shape)}")
-    check_rows("rewards", rewards)
-    if not rewards.is_floating_point():
-        raise ValueError(f"rewards must have a floating dtype, got {rewards.dtype}")
+    rewards = _float_matrix("rewards", "K", value, check_rows)
     _require_finite("rewards", rewards)
     return rewards
 
@@ -125,12 +131,7 @@ def _prompt_keys(value: Any, n: int) -> tuple[str, ...]:
 
 def _fingerprints(value: Any, check_rows: _RowCheck) -> torch.Tensor:
     """Fingerprints as a float [N, D], D >= 1; a row of all NaN is legal and means "no fingerprint"."""
-    fingerprints = _as_tensor("fingerprints", value)
-    if fingerprints.dim() != 2 or fingerprints.shape[1] == 0:
-        raise ValueError(f"fingerprints must be 2-D [N, D] with D >= 1, got shape {tuple(fingerprints.shape)}")
-    check_rows("fingerprints", fingerprints)
-    if not fingerprints.is_floating_point():
-        raise ValueError(f"fingerprints must have a floating dtype, got {fingerprints.dtype}")
+    fingerprints = _float_matrix("fingerprints", "D", value, check_rows)
     # A whole NaN row means "no fingerprint"; anything else non-finite is corrupt data.
     nan_row = torch.isnan(fingerprints).all(dim=1, keepdim=True)
     _require_finite("fingerprints", torch.where(nan_row, 0.0, fingerprints))
