@@ -3,7 +3,9 @@
 import subprocess
 import sys
 
-HEAVY = ("torch", "sklearn", "hdbscan", "transformers", "matplotlib", "math_verify", "sympy", "verl", "trl", "skyrl", "ray")
+HEAVY = (
+    "torch", "sklearn", "hdbscan", "transformers", "matplotlib", "math_verify", "sympy", "verl", "trl", "skyrl", "ray",
+)  # fmt: skip
 
 
 def loaded_after(code: str) -> list[str]:

@@ -242,6 +242,7 @@ def test_the_full_plan_is_the_issues_rows():
         workers=2,
         log=lines.append,
         dry_run=True,
+        best_global_among=plan.roles.best_global_among,
     )
     grids = set(tuning_grids(64))
     tuned_tight = len(set(tight) & grids)  # 8: 4 of the issue + 4 length shapers
@@ -291,7 +292,9 @@ def test_seeds_are_a_list_or_a_count(text, seeds):
 def test_best_global_waits_for_both_tunings_and_takes_the_higher_validation_aes():
     from dynashape.study.tuning import RunOrder
 
-    plan = RunOrder({"loose": ("grpo", "best_global")}, [0, 1], 1, True, {})
+    with pytest.raises(ValueError, match="a best_global row needs its candidates"):
+        RunOrder({"loose": ("grpo", "best_global")}, [0, 1], 1, True, {})
+    plan = RunOrder({"loose": ("grpo", "best_global")}, [0, 1], 1, True, {}, best_global_among=("grpo_length", "gdpo"))
     assert sorted({s.method for s in plan.ready}) == ["gdpo", "grpo", "grpo_length"]
     assert plan.expected == 2 + 3 + 3 + 2 and list(plan.waiting) == [("loose", "best_global")]
     aes = {"grpo_length": [0.1, 0.2, 0.15], "gdpo": [0.3, 0.1, 0.1]}

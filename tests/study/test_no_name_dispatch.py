@@ -18,9 +18,6 @@ from dynashape.train.presets import PRESETS
 STUDY = Path(dynashape.__file__).parent / "study"
 
 ALLOWED: dict[str, set[str]] = {
-    # v1's best_global candidates (GLOBAL_THRESHOLD_BASELINES), which compare.py's tuning reads: to become v1's
-    # roles (e.g. best_global_among) once compare.py, being split by another change, takes them from the plan
-    "claims.py": {"grpo_length", "gdpo"},
     # the LEAD and MEDS papers' published numbers, keyed as the papers name their rows: quoted data, not dispatch
     "tables.py": {"lead", "grpo", "dapo", "meds"},
 }  # fmt: skip

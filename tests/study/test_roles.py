@@ -26,6 +26,7 @@ def test_the_committed_studies_declare_their_roles():
     )  # fmt: skip
     full = roles_of(COMPARISON_PLAN["full"])
     assert full.control == "grpo" and "lead_static" in full.not_baselines and "gdpo" not in full.not_baselines
+    assert full.best_global_among == ("grpo_length", "gdpo")  # v1's best_global: the better tuned of the two
     assert (
         "[roles]" in (studies_dir() / "field.toml").read_text() and "[roles]" in (studies_dir() / "v1.toml").read_text()
     )
@@ -49,13 +50,14 @@ def test_the_keys_parse():
     roles = parse_roles(
         WHERE,
         {"control": "alp", "not_baselines": ["lead_static"], "sampling_control": "dapo", "horizon": "adlp/lambda",
-         "example": {"regime": "tight", "rows": ["alp", "saw"]}, "labels": {"saw": "SAW-1"}},
+         "example": {"regime": "tight", "rows": ["alp", "saw"]}, "labels": {"saw": "SAW-1"},
+         "best_global_among": ["gdpo", "alp"]},
         ROWS,
         controls=("grpo", "lead"),
     )  # fmt: skip
     assert roles == StudyRoles(
         control="alp", not_baselines=("lead_static",), sampling_control="dapo", horizon="adlp/lambda",
-        example=("tight", ("alp", "saw")), labels={"saw": "SAW-1"},
+        example=("tight", ("alp", "saw")), labels={"saw": "SAW-1"}, best_global_among=("gdpo", "alp"),
     )  # fmt: skip
     assert parse_roles(WHERE, {"control": "lead"}, ROWS, controls=("grpo", "lead")).control == "lead"
 
@@ -74,12 +76,21 @@ def test_the_keys_parse():
         ({"example": {"regime": "loose", "rows": ["alp", "lead_static"]}},
          "roles.example.rows = 'lead_static': is not a row of the loose regime"),
         ({"labels": {"saw": ""}}, "roles.labels = {'saw': ''}: must be a table of row = display name"),
+        ({"best_global_among": ["gdpo", "no_such"]}, "roles.best_global_among = 'no_such': is not a preset"),
+        ({"best_global_among": ["gdpo", "gdpo"]}, r"roles.best_global_among = \['gdpo', 'gdpo'\]: must name each"),
         ("grpo", "roles = 'grpo': must be a table of"),
     ],
 )  # fmt: skip
 def test_a_bad_key_names_the_file_the_key_and_the_value(table, message):
     with pytest.raises(StudyFileError, match=f"^{WHERE}: {message}"):
         parse_roles(WHERE, table, ROWS)
+
+
+def test_a_best_global_row_needs_its_candidates():
+    rows = {"tight": ("grpo", "best_global")}
+    with pytest.raises(StudyFileError, match=f"^{WHERE}: roles.best_global_among = \\[\\]: must name the presets"):
+        parse_roles(WHERE, {}, rows)
+    assert parse_roles(WHERE, {"best_global_among": ["gdpo"]}, rows).best_global_among == ("gdpo",)
 
 
 def test_best_tuned_leaves_out_what_the_study_says_is_no_baseline():

@@ -140,6 +140,7 @@ def run_compare(args: argparse.Namespace) -> int:
     from dynashape.study.pages import PAGES
     from dynashape.study.plan_file import find_plan
     from dynashape.study.ray_tasks import Placement
+    from dynashape.study.roles import roles_of
 
     plan, study_file = find_plan(args.plan) if args.plan else (None, None)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
@@ -163,6 +164,7 @@ def run_compare(args: argparse.Namespace) -> int:
         row_seeds={k: n for k, n in plan.row_seeds.items() if k in present},
         fixed={k: v for k, v in plan.fixed.items() if k in present},
         presets={k: v for k, v in plan.presets.items() if any(k in ms for ms in rows.values())},
+        best_global_among=roles_of(plan).best_global_among,
         workers=args.jobs,
         placement=Placement(address=args.ray_address, cpus_per_run=args.cpus_per_run, gpus_per_run=args.gpus_per_run),
         progress=not args.no_progress,
@@ -197,8 +199,9 @@ def _committed_page_after_compare(out: Path, report: str | None, plan: Any) -> N
 
 def _check_rows(template: Any, plan: Any, rows: dict[str, Sequence[str]], seed: int, train_kw: dict[str, Any]) -> None:
     """Refuse what a comparison's runs would refuse, before it writes anything: the model and data once (every
-    run shares them), each row's preset, fixed value and shaper parameters (``best_global``: both candidates)."""
-    from dynashape.study.compare import BEST_GLOBAL, GLOBAL_THRESHOLD_BASELINES, RunSpec, spec_config
+    run shares them), each row's preset, fixed value and shaper parameters (``best_global``: each candidate)."""
+    from dynashape.study.compare import BEST_GLOBAL, RunSpec, spec_config
+    from dynashape.study.roles import roles_of
     from dynashape.train.run import check_runnable, check_shaper
 
     configs = [
@@ -206,7 +209,7 @@ def _check_rows(template: Any, plan: Any, rows: dict[str, Sequence[str]], seed: 
         for regime, names in rows.items()
         for name in names
         for row, point in (
-            [(m, {}) for m in GLOBAL_THRESHOLD_BASELINES] if name == BEST_GLOBAL
+            [(m, {}) for m in roles_of(plan).best_global_among] if name == BEST_GLOBAL
             else [(name, plan.fixed.get(f"{regime}/{name}", {}))]
         )
     ]  # fmt: skip

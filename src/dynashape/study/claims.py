@@ -30,7 +30,6 @@ from dynashape.study.stats import Interval, hierarchical_bootstrap, paired_value
 
 __all__ = [
     "BEST_GLOBAL",
-    "GLOBAL_THRESHOLD_BASELINES",
     "MIN_SEEDS",
     "Claim",
     "Comparison",
@@ -44,9 +43,8 @@ __all__ = [
 MIN_SEEDS = 5
 RELATIONS = (">", ">=", "<", "<=")
 BEST_GLOBAL = "best_global"
-"""A claim's (and the comparison plan's) control that stands for the better-tuned of
-``GLOBAL_THRESHOLD_BASELINES`` (validation AES)."""
-GLOBAL_THRESHOLD_BASELINES: tuple[str, ...] = ("grpo_length", "gdpo")
+"""A claim's (and the comparison plan's) control that stands for the better-tuned (validation AES) of the study's
+candidates, its ``roles.best_global_among``."""
 # Metrics that are fractions in [0, 1]: where both arms sit at an end on every paired seed the difference is 0 by
 # construction, so the verdict (which still follows the rule) says nothing about the methods; the page says so.
 BOUNDED_METRICS = frozenset({"accuracy", "accuracy@hardest", "trap_pass@64", "trap_pass@32", "trap_pass@8"})

@@ -14,8 +14,8 @@ replicates of RL and evaluation on one shared base model (the warm-up is not rep
 Tuning: each row whose preset has a grid (``presets.tuning_grids``) trains every grid value on
 ``tuning_seeds`` seeds (``TUNING_SEED_OFFSET + i``, disjoint from the test seeds, so a test run never shares a
 trajectory with the run its value was picked on) and evaluates on the *validation* split; ``choose`` picks the
-value. The test split never feeds tuning. ``best_global`` is whichever of ``GLOBAL_THRESHOLD_BASELINES`` has the
-higher validation AES at its chosen value.
+value. The test split never feeds tuning. ``best_global`` is whichever of the study's candidates
+(``roles.best_global_among``) has the higher validation AES at its chosen value.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 from dynashape.core.text import counted
 from dynashape.io import state
 from dynashape.shapers import reference_shaper
-from dynashape.study.claims import BEST_GLOBAL, GLOBAL_THRESHOLD_BASELINES
+from dynashape.study.claims import BEST_GLOBAL
 from dynashape.study.comparison_folder import ComparisonRecord, RunIndex, machine, placement_record
 from dynashape.study.plan_file import ComparisonPlan, committed_plans
 from dynashape.study.ray_tasks import Placement, default_jobs, require_ray
@@ -41,7 +41,6 @@ from dynashape.train.config import RunConfig
 __all__ = [
     "BEST_GLOBAL",
     "COMPARISON_PLAN",
-    "GLOBAL_THRESHOLD_BASELINES",
     "TUNING_SEED_OFFSET",
     "ComparisonPlan",
     "RunSpec",
@@ -91,6 +90,7 @@ def run_comparison(
     row_seeds: Mapping[str, int] | None = None,
     fixed: Mapping[str, Mapping[str, Any]] | None = None,
     presets: Mapping[str, str] | None = None,
+    best_global_among: Sequence[str] = (),
     workers: int | None = None,
     placement: Placement | None = None,
     progress: bool = False,
@@ -103,10 +103,11 @@ def run_comparison(
     """Tune, train and evaluate every row at every seed into ``out``; returns ``{"runs", "tuning", "failed"}``.
 
     Untuned rows and tuning runs start together; a tuned row's test runs start as soon as its tuning has
-    finished (``BEST_GLOBAL``'s when both candidates' have). ``dry_run`` only lists the runs (as ``log`` lines).
+    finished (``BEST_GLOBAL``'s when all its candidates' have). ``dry_run`` only lists the runs (as ``log`` lines).
     ``row_seeds`` ("regime/method" -> n) trains a row at the first n of ``seeds`` only; ``fixed`` ("regime/method"
     -> overrides) trains a row at a value fixed beforehand, untuned (``ComparisonPlan``); ``presets`` (row ->
     preset) names the preset of a row named otherwise (a sweep's row: every such row has a fixed value);
+    ``best_global_among``: the candidates a ``BEST_GLOBAL`` row is chosen from (the study's roles);
     ``plan_name`` (a key of ``COMPARISON_PLAN``, or a study file's name) is recorded in comparison.json, where
     ``dynashape results`` reads which page to write; ``study_file`` (a user's study file) is copied to
     ``out/study.toml`` and named there (``plan_file``), so the folder's page needs nothing outside it.
@@ -136,7 +137,10 @@ def run_comparison(
 
     def plan() -> RunOrder:  # reads the tuning an earlier invocation left (under the lock when running)
         previous = _previous_tuning(out)
-        return RunOrder(rows, seeds, tuning_seeds, tune, previous, row_seeds=row_seeds, fixed=fixed, presets=presets)
+        return RunOrder(
+            rows, seeds, tuning_seeds, tune, previous, row_seeds=row_seeds, fixed=fixed, presets=presets,
+            best_global_among=best_global_among,
+        )  # fmt: skip
 
     if dry_run:
         return _dry_run(plan(), out, workers, log)

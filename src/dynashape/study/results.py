@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from dynashape.io import state
-from dynashape.study.claims import GLOBAL_THRESHOLD_BASELINES, Claim, evaluate_claims, metric_per_problem, metric_value
+from dynashape.study.claims import Claim, evaluate_claims, metric_per_problem, metric_value
 from dynashape.study.results_page import TABLE_METRICS, kept_claims, results_markdown
 from dynashape.study.roles import StudyRoles, roles_of
 from dynashape.study.stats import hierarchical_bootstrap, mean_sd, paired_values, t_interval
@@ -230,7 +230,7 @@ def build_results(
     given = dict(best_global or {})
     best_global = {r: tuning[r]["best_global"] for r in tuning if isinstance(tuning[r].get("best_global"), str)}
     for r in regimes:  # a regime whose rows were both global baselines without a best_global row
-        best_global.setdefault(r, given.get(r) or best_tuned(tuning, r, GLOBAL_THRESHOLD_BASELINES) or "")
+        best_global.setdefault(r, given.get(r) or best_tuned(tuning, r, roles.best_global_among) or "")
     best_global = {r: m for r, m in best_global.items() if m}
     controls: dict[str, dict[str, str]] = {}
     for r in regimes:

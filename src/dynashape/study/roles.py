@@ -9,6 +9,8 @@ The table, with every key optional::
     control = "grpo"               # the row every paired difference is against (default: the reference method,
                                    # dynashape.shapers.reference_shaper)
     not_baselines = ["lead_static"]  # tuned rows the best tuned baseline is never chosen from (the method studied)
+    best_global_among = ["grpo_length", "gdpo"]  # the presets a best_global row is tuned from, the one of higher
+                                   # validation AES chosen (required by a best_global row)
     sampling_control = "dapo"      # controls page: a row of the controls' study that samples as the dynamic
                                    # samplers do, without a length term
     horizon = "adlp/lambda"        # controls page: the trajectory whose last steps the caveats read
@@ -29,7 +31,7 @@ from dynashape.study.plan_checks import fail
 
 __all__ = ["ROLE_KEYS", "StudyRoles", "parse_roles", "roles_of"]
 
-ROLE_KEYS = ("control", "not_baselines", "sampling_control", "horizon", "example", "labels")
+ROLE_KEYS = ("control", "not_baselines", "best_global_among", "sampling_control", "horizon", "example", "labels")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +43,9 @@ class StudyRoles:
     Holm family, generation ratios and zoom)."""
     not_baselines: tuple[str, ...] = ()
     """Tuned rows that ``results.best_tuned`` never picks as the best tuned baseline."""
+    best_global_among: tuple[str, ...] = ()
+    """The presets a ``best_global`` row is chosen from: each is tuned, the one of higher validation AES trains
+    (``tuning.RunOrder``) and is the page's best_global control."""
     sampling_control: str | None = None
     """A row of the controls' study: the control with the dynamic samplers' sampling, without a length term."""
     horizon: str | None = None
@@ -80,6 +85,18 @@ def _example(where: str, value: Any, rows: Mapping[str, Sequence[str]]) -> tuple
     return regime, pair
 
 
+def _best_global_among(where: str, value: Any, rows: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
+    from dynashape.study.claims import BEST_GLOBAL
+    from dynashape.train.presets import PRESETS
+
+    among = _rows(where, "roles.best_global_among", value, sorted(PRESETS), "a preset")
+    if any(BEST_GLOBAL in names for names in rows.values()) and not among:
+        raise fail(where, "roles.best_global_among", value, f"must name the presets a {BEST_GLOBAL} row is tuned from")
+    if len(set(among)) != len(among):
+        raise fail(where, "roles.best_global_among", value, "must name each preset once")
+    return among
+
+
 def _horizon(where: str, value: Any) -> str:
     from dynashape.shapers import available_shapers, shaper_trajectory
 
@@ -114,6 +131,7 @@ def parse_roles(where: str, value: Any, rows: Mapping[str, Sequence[str]], contr
     return StudyRoles(
         control=control,
         not_baselines=_rows(where, "roles.not_baselines", value.get("not_baselines", []), every, "a row of the study"),
+        best_global_among=_best_global_among(where, value.get("best_global_among", []), rows),
         sampling_control=sampling,
         horizon=_horizon(where, value["horizon"]) if "horizon" in value else None,
         example=_example(where, value["example"], rows) if "example" in value else None,

@@ -3,8 +3,9 @@
 Each row whose preset has a grid (``presets.tuning_grids``) trains every grid value on ``tuning_seeds`` seeds
 (``TUNING_SEED_OFFSET + i``, disjoint from the test seeds, so a test run never shares a trajectory with the run its
 value was picked on) and evaluates on the *validation* split; ``choose`` picks the value (``SELECTION_RULE``). The
-test split never feeds tuning. ``best_global`` is whichever of ``GLOBAL_THRESHOLD_BASELINES`` has the higher
-validation AES at its chosen value. ``RunOrder`` releases a tuned row's test runs once its tuning has settled.
+test split never feeds tuning. ``best_global`` is whichever of the study's candidates (``roles.best_global_among``)
+has the higher validation AES at its chosen value. ``RunOrder`` releases a tuned row's test runs once its tuning has
+settled.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dynashape.study.claims import BEST_GLOBAL, GLOBAL_THRESHOLD_BASELINES
+from dynashape.study.claims import BEST_GLOBAL
 from dynashape.study.run_spec import TUNING_SEED_OFFSET, RunSpec
 from dynashape.train.presets import make_train_config, tuning_grids, tuning_overrides
 
@@ -63,11 +64,11 @@ def choose(values: Sequence[Any], aes_per_value: Sequence[Sequence[float | None]
     return min(keys)[2]
 
 
-def _tuned_methods(rows: Sequence[str], tune: bool) -> list[str]:
+def _tuned_methods(rows: Sequence[str], tune: bool, best_global_among: Sequence[str]) -> list[str]:
     grids = tuning_grids(64)  # which presets have a grid (the values do not matter here)
     out = [m for m in rows if m in grids] if tune else []
     if BEST_GLOBAL in rows:
-        out += [m for m in GLOBAL_THRESHOLD_BASELINES if m not in out]
+        out += [m for m in best_global_among if m not in out]
     return out
 
 
@@ -85,8 +86,14 @@ class RunOrder:
         row_seeds: Mapping[str, int] | None = None,
         fixed: Mapping[str, Mapping[str, Any]] | None = None,
         presets: Mapping[str, str] | None = None,
+        best_global_among: Sequence[str] = (),
     ) -> None:
         row_seeds, fixed, presets = row_seeds or {}, fixed or {}, presets or {}
+        if any(BEST_GLOBAL in methods for methods in rows.values()) and not best_global_among:
+            raise ValueError(
+                f"a {BEST_GLOBAL} row needs its candidates (the study's roles.best_global_among), got none"
+            )
+        self.best_global_among = tuple(best_global_among)
         self.ready: list[RunSpec] = []
         self.groups: dict[tuple[str, str], list[RunSpec]] = {}  # (regime, method) -> its tuning runs
         self.waiting: dict[tuple[str, str], list[int]] = {}  # (regime, tuned method or BEST_GLOBAL) -> test seeds
@@ -94,7 +101,7 @@ class RunOrder:
         self.results: dict[tuple[str, str], dict[str, Any]] = {}
         self.out = previous  # tuning.json: regime -> method -> result (and best_global)
         for regime, methods in rows.items():
-            tuned = [m for m in _tuned_methods(methods, tune) if f"{regime}/{m}" not in fixed]
+            tuned = [m for m in _tuned_methods(methods, tune, self.best_global_among) if f"{regime}/{m}" not in fixed]
             for method in tuned:
                 self.groups[(regime, method)] = [
                     RunSpec(method=method, regime=regime, seed=TUNING_SEED_OFFSET + i, split="validation", overrides=p)
@@ -183,9 +190,9 @@ class RunOrder:
         }
 
     def _best_global(self, regime: str) -> str | None:
-        """The global-threshold baseline with the higher mean validation AES (a tie: the first named)."""
-        found = [self.results.get((regime, m)) for m in GLOBAL_THRESHOLD_BASELINES]
-        if any(f is None for f in found):
+        """The candidate (``best_global_among``) with the higher mean validation AES (a tie: the first named)."""
+        found = [self.results.get((regime, m)) for m in self.best_global_among]
+        if not found or any(f is None for f in found):
             return None
         scores = [-math.inf if f["chosen_mean_aes"] is None else f["chosen_mean_aes"] for f in found]  # type: ignore[index]
-        return GLOBAL_THRESHOLD_BASELINES[scores.index(max(scores))]
+        return self.best_global_among[scores.index(max(scores))]

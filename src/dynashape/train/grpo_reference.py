@@ -14,6 +14,7 @@ from typing import Any
 
 from dynashape.core.text import counted
 from dynashape.io import state
+from dynashape.shapers import reference_shaper
 
 __all__ = ["SHIPPED", "load_reference", "reference_line", "summarise_results"]
 
@@ -23,9 +24,10 @@ SHIPPED = Path(__file__).with_name("grpo_reference.json")
 def summarise_results(results: dict[str, Any], *, source: str, steps: int | None) -> dict[str, Any]:
     """The reference of a comparison's results.json content: per regime, the plain ``grpo`` runs' seeds and
     means (accuracy, mean length, base mean length); ``steps`` is what those runs trained (None: not known)."""
+    reference = reference_shaper()  # plain GRPO, the registry's reference method
     regimes: dict[str, Any] = {}
-    for regime in sorted({r["regime"] for r in results.get("runs", []) if r["method"] == "grpo"}):
-        runs = [r for r in results["runs"] if r["method"] == "grpo" and r["regime"] == regime]
+    for regime in sorted({r["regime"] for r in results.get("runs", []) if r["method"] == reference}):
+        runs = [r for r in results["runs"] if r["method"] == reference and r["regime"] == regime]
         regimes[regime] = {
             "seeds": sorted(r["seed"] for r in runs),
             "accuracy": sum(r["final"]["accuracy"] for r in runs) / len(runs),

@@ -7,6 +7,7 @@ from typing import Any
 
 from dynashape.core.text import counted
 from dynashape.io import state
+from dynashape.shapers import reference_shaper
 from dynashape.train.grpo_reference import load_reference, reference_line
 
 __all__ = ["summarise_lambda", "write_report"]
@@ -59,7 +60,7 @@ def _world_lines(evaluation: dict[str, Any], results: Path | None) -> list[str]:
                     for k in ks
                 ),
             ]
-        if evaluation.get("method") != "grpo":  # the reference ran on the toy world: beside a toy run only
+        if evaluation.get("method") != reference_shaper():  # the reference ran on the toy world: beside a toy run only
             lines += ["", reference_line(evaluation, load_reference(results))]
     lines.append("")
     return lines
