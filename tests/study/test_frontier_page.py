@@ -132,10 +132,24 @@ def _folder(tmp_path: Path) -> Path:
     return out
 
 
+def _history(out: Path, run_dir: str, from_steps: list[int], commit: str = "abc", dirty: bool = False) -> None:
+    """A run's history.jsonl: one invocation per entry of ``from_steps``, a minute apart."""
+    lines = [{"started": f"2026-12-07T00:0{i}:00Z", "from_step": step, "commit": commit, "dirty": dirty}
+             for i, step in enumerate(from_steps)]  # fmt: skip
+    (out / run_dir / "history.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
 def test_the_frontier_results_of_a_small_study_by_hand(tmp_path):
     plan = parse_plan(STUDY, "mine.toml")
-    res = build_frontier_results(_folder(tmp_path), plan)
-    assert res["runs"] == {"finished": 15, "planned": 16}
+    out = _folder(tmp_path)
+    _history(out, "runs/loose/grpo-seed0", [0, 20])  # stopped after its step-20 checkpoint, resumed
+    _history(out, "runs/loose/lead-seed0", [0, 0])  # cut off before any checkpoint, trained again
+    _history(out, "runs/loose/alp@beta=1e-05-seed1", [0], commit="def", dirty=True)
+    res = build_frontier_results(out, plan)
+    assert res["runs"] == {
+        "finished": 15, "planned": 16, "commits": ["abc", "def+dirty"], "resumed": {"loose/grpo-seed0": [20]},
+        "restarted": {"loose/lead-seed0": ["2026-12-07T00:01:00Z"]},
+    }  # fmt: skip
     loose = res["regimes"]["loose"]
     assert [m["length"] for m in loose["matched"]] == [56, 60, 64, 68]  # alp spans [52, 70], laser [56, 78]
     at60 = loose["matched"][1]
@@ -174,6 +188,8 @@ def test_a_frontier_uses_only_the_seeds_all_its_strengths_finished(tmp_path):
 
 def test_the_page_its_plan_block_and_its_plots(tmp_path):
     out = _folder(tmp_path)
+    _history(out, "runs/loose/grpo-seed0", [0, 20])
+    _history(out, "runs/loose/lead-seed0", [0, 0])
     (out / "study.toml").write_text("# My study, registered first.\n#\n# - a line\nname = 'mine'\n")
     plan = parse_plan(STUDY, "mine.toml")
     written = write_frontier_results(out, tmp_path / "docs" / "page.md", plan)
@@ -185,6 +201,9 @@ def test_the_page_its_plan_block_and_its_plots(tmp_path):
     assert "| 60 | alp | 0.652 [" in text and "| 60 | laser | 0.640 [" in text
     assert "| 60 | alp | laser |" in text  # which method when
     assert "15 of 16 runs finished" in text
+    assert "- Trained at `abc` (every finished run's history.jsonl)." in text
+    assert "- Resumed from a checkpoint after a stop: 1 run: loose/grpo-seed0 (from step 20). A resumed" in text
+    assert "no checkpoint here: 1 run: loose/lead-seed0.\n" in text
     assert "![frontiers](page/frontiers_loose.png)" in text
     assert json.loads((tmp_path / "docs" / "page.json").read_text())["regimes"]["loose"]["matched"][1]["length"] == 60
     assert "Deviating" not in text

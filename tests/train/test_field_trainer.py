@@ -136,6 +136,33 @@ def test_each_field_shaper_trains_in_the_reference_trainer(name, tiny_config, pa
     assert kept and all(any(k.startswith(f"{name}/") for k in m) for m in kept), "the shaper's own metrics"
 
 
+RESUMABLE = {  # every field shaper at its toy parameters, and the compute controls of the frontier study
+    **{
+        name: {"shaper": name, "shaper_kwargs": kwargs, **FIELD_TRAIN.get(name, {})}
+        for name, kwargs in FIELD_KWARGS.items()
+    },
+    "grpo_dynamic_sampling": {"dynamic_sampling": True},
+    "dler_dynamic_sampling": {"shaper": "dler", "shaper_kwargs": FIELD_KWARGS["dler"], "dynamic_sampling": True},
+}
+
+
+@pytest.mark.parametrize("name", list(RESUMABLE))
+def test_each_field_method_resumes_bit_identically(name, tiny_config, parity_verifier, tmp_path):
+    """A run stopped after step 3 resumes from its step-2 checkpoint into the uninterrupted run's numbers: every
+    metric, the weights and the evaluation (the frontier study's resumed runs rest on this)."""
+    cfg = tiny_config("grpo", steps=4, checkpoint_every=2, **RESUMABLE[name])
+    full = train(cfg, tmp_path / "full", progress=False, verifier=parity_verifier, report=False)
+    part = train(cfg, tmp_path / "part", progress=False, stop_after=3, verifier=parity_verifier, report=False)
+    assert part.eval is None and len(part.metrics) == 3
+    resumed = train(cfg, tmp_path / "part", progress=False, verifier=parity_verifier, report=False)
+    assert resumed.resumed_from == 2
+    assert _strip_time(read_metrics(tmp_path / "part")) == _strip_time(full.metrics)
+    a = torch.load(tmp_path / "full/checkpoints/step_4/model.pt")
+    b = torch.load(tmp_path / "part/checkpoints/step_4/model.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed.eval["final"] == full.eval["final"]
+
+
 def test_l1_gets_the_budget_each_rollouts_prompt_names(tiny_config, parity_verifier, tmp_path, monkeypatch):
     seen = []
     l1_exact = shaper_class("l1_exact")

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dynashape.core.text import counted
 from dynashape.io import state
 from dynashape.study.frontier_math import MATCHED_STEP
 from dynashape.study.frontier_plots import plot_frontiers
@@ -130,6 +131,25 @@ def _at_budget_table(regime: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _runs_block(runs: Mapping[str, Any]) -> list[str]:
+    """How the finished runs were trained (their history.jsonl): commits, resumes, restarts from step 0."""
+    resumed = [f"{run} (from step {', '.join(map(str, steps))})" for run, steps in runs.get("resumed", {}).items()]
+    restarted = list(runs.get("restarted", {}))
+    commits = ", ".join(f"`{c[:12]}`" for c in runs.get("commits", [])) or "n/a"
+    resumed_text = counted(len(resumed), "run") + (": " + "; ".join(resumed) if resumed else "")
+    restarted_text = counted(len(restarted), "run") + (": " + ", ".join(restarted) if restarted else "")
+    return [
+        "## The runs", "",
+        f"- Trained at {commits} (every finished run's history.jsonl).",
+        f"- Resumed from a checkpoint after a stop: {resumed_text}. A resumed run is bit-identical to one trained "
+        "without a stop, on the same machine: every metric, the weights and the evaluation "
+        "(tests/train/test_field_trainer.py for each field method and dynamic sampling, tests/train/test_run.py for "
+        "LEAD).",
+        f"- Trained again from step 0 after an earlier start that left no checkpoint here: {restarted_text}.",
+        "",
+    ]  # fmt: skip
+
+
 def frontier_markdown(results: Mapping[str, Any], plan: ComparisonPlan, study_text: str | None, written: str,
                       plots: Mapping[str, str]) -> str:  # fmt: skip
     """The page: the plan block, then per regime its tables and plots (``plots``: file name -> relative path)."""
@@ -142,6 +162,7 @@ def frontier_markdown(results: Mapping[str, Any], plan: ComparisonPlan, study_te
     if deviations:  # written only with `dynashape results --deviating`
         lines += [f"**Deviating from the plan's evaluation:** {'; '.join(deviations)}.", ""]
     lines += plan_block(plan, study_text)
+    lines += _runs_block(runs)
     for name, regime in results["regimes"].items():
         lines += [f"## The {name} regime", "", "### Rows", "", *_rows_table(regime)]
         lines += ["", "### Frontiers", "", "Each method through its strengths (the panel's coloured line, labelled by "

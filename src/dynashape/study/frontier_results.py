@@ -12,7 +12,11 @@ eval.json (the registered evaluation) and metrics.jsonl, per regime:
 * ``versus_rows``: each frontier at each single row's own length, seed by seed, minus that row's accuracy;
 * ``which_when``: per matched length, the best-mean method and those whose difference from it covers 0;
 * ``at_budget``: L1's fixed-budget evaluation (eval.json ``at_budget``), per row and budget;
-* ``trajectories``: the controllers' logged state per step (each shaper's declared trajectory), seed means.
+* ``trajectories``: the controllers' logged state per step (each shaper's declared trajectory), seed means;
+
+and, for the whole study, ``runs``: how many finished of how many planned, and each finished run's invocations
+(history.jsonl): the code commits they trained at, the runs resumed from a checkpoint and the runs trained again
+from step 0 after an earlier start was cut off before its first checkpoint (or on a machine without it).
 
 Descriptive: no claim is decided. A study still running gets the page of the runs it has; each frontier uses the
 seeds at which all its strengths finished, each paired difference the seeds both sides have.
@@ -28,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from dynashape.shapers import shaper_trajectory
+from dynashape.study.controls_runs import history
 from dynashape.study.frontier_math import accuracy_at, interval_record, matched_lengths, spans_everywhere
 from dynashape.study.plan_file import ComparisonPlan
 from dynashape.study.results import load_runs
@@ -212,11 +217,32 @@ def build_frontier_results(out: str | Path, plan: ComparisonPlan) -> dict[str, A
             "at_budget": _at_budget(rows, runs),
             "trajectories": _trajectories(out, rows, presets, runs),
         }
-    finished = sum(len(seeds) for r in regimes for seeds in _by_row(out, r).values())
+    finished = {r: _by_row(out, r) for r in regimes}
     planned = sum(len(plan.seeds) if f"{r}/{row}" not in plan.row_seeds else plan.row_seeds[f"{r}/{row}"]
                   for r, rows in plan.rows.items() for row in rows)  # fmt: skip
-    return {"study": plan.name, "seeds": list(plan.seeds), "runs": {"finished": finished, "planned": planned},
-            "regimes": regimes}  # fmt: skip
+    runs = {"finished": sum(len(seeds) for by_row in finished.values() for seeds in by_row.values()),
+            "planned": planned, **_invocations(out, finished)}  # fmt: skip
+    return {"study": plan.name, "seeds": list(plan.seeds), "runs": runs, "regimes": regimes}
+
+
+def _invocations(out: Path, finished: Mapping[str, Mapping[str, Seeds]]) -> dict[str, Any]:
+    """The finished runs' invocations (history.jsonl): ``commits`` (sorted), ``resumed`` (run -> the steps it
+    resumed from) and ``restarted`` (run -> when each later start at step 0 began), runs named
+    ``<regime>/<row>-seed<seed>``, in the file's order."""
+    commits: set[str] = set()
+    resumed: dict[str, list[int]] = {}
+    restarted: dict[str, list[str]] = {}
+    for regime, by_row in finished.items():
+        for row, seeds in by_row.items():
+            for seed in sorted(seeds):
+                found = history({"dir": out / seeds[seed]["run_dir"]})
+                commits |= set(found["commits"])
+                name = f"{regime}/{row}-seed{seed}"
+                if found["resumes"]:
+                    resumed[name] = found["resumes"]
+                if found["restarts"]:
+                    restarted[name] = found["restarts"]
+    return {"commits": sorted(commits), "resumed": resumed, "restarted": restarted}
 
 
 def _base(runs: Mapping[str, Seeds]) -> dict[str, Any]:
