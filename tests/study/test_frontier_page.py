@@ -134,7 +134,8 @@ def _folder(tmp_path: Path) -> Path:
 
 def _history(out: Path, run_dir: str, from_steps: list[int], commit: str = "abc", dirty: bool = False) -> None:
     """A run's history.jsonl: one invocation per entry of ``from_steps``, a minute apart."""
-    lines = [{"started": f"2026-12-07T00:0{i}:00Z", "from_step": step, "commit": commit, "dirty": dirty}
+    lines = [{"started": f"2026-12-07T00:0{i}:00Z", "from_step": step, "commit": commit, "dirty": dirty,
+              "cpu": "AMD EPYC", "cpu_capability": "AVX512" if commit == "abc" else "AVX2", "torch": "2.13.0+cpu"}
              for i, step in enumerate(from_steps)]  # fmt: skip
     (out / run_dir / "history.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
 
@@ -148,6 +149,7 @@ def test_the_frontier_results_of_a_small_study_by_hand(tmp_path):
     res = build_frontier_results(out, plan)
     assert res["runs"] == {
         "finished": 15, "planned": 16, "commits": ["abc", "def+dirty"], "resumed": {"loose/grpo-seed0": [20]},
+        "machines": ["AMD EPYC (AVX2, torch 2.13.0+cpu)", "AMD EPYC (AVX512, torch 2.13.0+cpu)"],
         "restarted": {"loose/lead-seed0": ["2026-12-07T00:01:00Z"]},
     }  # fmt: skip
     loose = res["regimes"]["loose"]
@@ -201,7 +203,7 @@ def test_the_page_its_plan_block_and_its_plots(tmp_path):
     assert "| 60 | alp | 0.652 [" in text and "| 60 | laser | 0.640 [" in text
     assert "| 60 | alp | laser |" in text  # which method when
     assert "15 of 16 runs finished" in text
-    assert "- Trained at `abc` (every finished run's history.jsonl)." in text
+    assert "- Trained at `abc`, on AMD EPYC (AVX512, torch 2.13.0+cpu) (every finished run's history.jsonl)." in text
     assert "- Resumed from a checkpoint after a stop: 1 run: loose/grpo-seed0 (from step 20). A resumed" in text
     assert "no checkpoint here: 1 run: loose/lead-seed0.\n" in text
     assert "![frontiers](page/frontiers_loose.png)" in text

@@ -140,7 +140,8 @@ def _runs_block(runs: Mapping[str, Any]) -> list[str]:
     restarted_text = counted(len(restarted), "run") + (": " + ", ".join(restarted) if restarted else "")
     return [
         "## The runs", "",
-        f"- Trained at {commits} (every finished run's history.jsonl).",
+        f"- Trained at {commits}, on {'; '.join(runs.get('machines', [])) or 'n/a'} (every finished run's "
+        "history.jsonl).",
         f"- Resumed from a checkpoint after a stop: {resumed_text}. A resumed run is bit-identical to one trained "
         "without a stop, on the same machine: every metric, the weights and the evaluation "
         "(tests/train/test_field_trainer.py for each field method and dynamic sampling, tests/train/test_run.py for "

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from dynashape.shapers import shaper_trajectory
-from dynashape.study.controls_runs import history
+from dynashape.study.controls_runs import history, read_jsonl
 from dynashape.study.frontier_math import accuracy_at, interval_record, matched_lengths, spans_everywhere
 from dynashape.study.plan_file import ComparisonPlan
 from dynashape.study.results import load_runs
@@ -228,21 +228,28 @@ def build_frontier_results(out: str | Path, plan: ComparisonPlan) -> dict[str, A
 def _invocations(out: Path, finished: Mapping[str, Mapping[str, Seeds]]) -> dict[str, Any]:
     """The finished runs' invocations (history.jsonl): ``commits`` (sorted), ``resumed`` (run -> the steps it
     resumed from) and ``restarted`` (run -> when each later start at step 0 began), runs named
-    ``<regime>/<row>-seed<seed>``, in the file's order."""
+    ``<regime>/<row>-seed<seed>``, in the file's order; ``machines``: each distinct CPU, its instruction set and torch
+    that an invocation ran on (a fresh machine may round differently)."""
     commits: set[str] = set()
+    machines: set[str] = set()
     resumed: dict[str, list[int]] = {}
     restarted: dict[str, list[str]] = {}
     for regime, by_row in finished.items():
         for row, seeds in by_row.items():
             for seed in sorted(seeds):
-                found = history({"dir": out / seeds[seed]["run_dir"]})
+                folder = out / seeds[seed]["run_dir"]
+                found = history({"dir": folder})
                 commits |= set(found["commits"])
+                machines |= {
+                    f"{e.get('cpu', '?')} ({e.get('cpu_capability', '?')}, torch {e.get('torch', '?')})"
+                    for e in read_jsonl(folder / "history.jsonl")
+                }
                 name = f"{regime}/{row}-seed{seed}"
                 if found["resumes"]:
                     resumed[name] = found["resumes"]
                 if found["restarts"]:
                     restarted[name] = found["restarts"]
-    return {"commits": sorted(commits), "resumed": resumed, "restarted": restarted}
+    return {"commits": sorted(commits), "machines": sorted(machines), "resumed": resumed, "restarted": restarted}
 
 
 def _base(runs: Mapping[str, Seeds]) -> dict[str, Any]:
