@@ -188,6 +188,39 @@ def test_a_frontier_uses_only_the_seeds_all_its_strengths_finished(tmp_path):
     assert loose["matched"][1]["methods"]["alp"]["n"] == 1
 
 
+def test_a_strengths_label_is_its_value_short():
+    from dynashape.study.frontier_plots import strength_label
+
+    assert strength_label("l1_exact@alpha=0.00374634") == "0.00375"
+    assert strength_label("alp@beta=4.99512e-06") == "5e-06"
+    assert strength_label("laser@target_length=82") == "82"
+    assert strength_label("laser_d@grid=x0.5") == "x0.5"
+    assert strength_label("thinkprune@schedule=cap25") == "cap25"
+
+
+def test_no_method_wears_the_grey_of_the_field_or_the_black_of_the_single_rows():
+    from dynashape.study.frontier_plots import frontier_styles
+    from dynashape.train.field_presets import FIELD_METHODS
+
+    styles = frontier_styles(list(FIELD_METHODS))
+    colours = [st["color"] for st in styles.values()]
+    assert len(set(colours)) == len(FIELD_METHODS)
+    assert all(len({c[1:3], c[3:5], c[5:7]}) > 1 for c in colours), "no grey, no black"
+
+
+def test_a_base_far_below_the_rows_is_named_in_the_legend_not_squeezed_in(tmp_path):
+    from dynashape.study.frontier_plots import _base_label, _limits
+
+    loose = build_frontier_results(_folder(tmp_path), parse_plan(STUDY, "mine.toml"))["regimes"]["loose"]
+    ends = [v for r in loose["rows"] for v in (r["accuracy"]["low"], r["accuracy"]["high"]) if v is not None]
+    _, ylim = _limits(loose)
+    assert ylim[0] < min(ends) and ylim[1] > max(ends)  # the rows' intervals, padded
+    assert ylim[0] < 0.49 and _base_label(loose) == "base model (accuracy 0.490, length 67.0)"
+    loose["base"]["accuracy"]["estimate"] = ylim[0] - 0.01
+    assert _limits(loose)[1] == ylim, "the base never moves the limits"
+    assert _base_label(loose).endswith(", off the axes: the triangle on the edge)")
+
+
 def test_the_page_its_plan_block_and_its_plots(tmp_path):
     out = _folder(tmp_path)
     _history(out, "runs/loose/grpo-seed0", [0, 20])

@@ -18,12 +18,33 @@ from pathlib import Path
 from typing import Any
 
 from dynashape.io import state
-from dynashape.study.results_plots import FONT, legend_outside, method_styles
+from dynashape.study.results_plots import FONT, MARKERS, PALETTE, frontier_limits, legend_outside, method_styles
 
-__all__ = ["plot_frontiers"]
+__all__ = ["frontier_styles", "plot_frontiers", "strength_label"]
 
 SINGLE_MARKERS = ("s", "*", "D", "P", "X", "v", "^", "<", ">", "h")
 """Markers of the single rows, in the file's order (black: they are references, not methods)."""
+NOT_GREY = tuple(c for c in PALETTE if len({c[1:3], c[3:5], c[5:7]}) > 1)
+"""The palette without its greys and black: grey draws the other methods' frontiers and the base, black the single
+rows, so no method may wear them."""
+
+
+def frontier_styles(methods: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """method -> ``color`` and ``marker``, one pair per method, none grey or black, in the sorted names' order."""
+    names = sorted(set(methods))
+    if len(names) > len(NOT_GREY):
+        raise ValueError(f"{len(names)} methods exceed the {len(NOT_GREY)} colours a frontier plot has")
+    return {m: {"color": NOT_GREY[i], "marker": MARKERS[i % len(MARKERS)]} for i, m in enumerate(names)}
+
+
+def strength_label(row: str) -> str:
+    """A strength's label beside its point: the row's value (``alp@beta=4.99512e-06`` -> ``5e-06``), a number
+    shortened to 3 significant digits so that neighbouring labels do not run into each other, a name as it is."""
+    value = row.split("=", 1)[-1]
+    try:
+        return f"{float(value):.3g}"
+    except ValueError:
+        return value
 
 
 def _err(entry: Mapping[str, Any]) -> tuple[float, float]:
@@ -39,6 +60,26 @@ def _point(ax: Any, row: Mapping[str, Any], **style: Any) -> None:
     ax.errorbar([x["estimate"]], [y["estimate"]], xerr=[[xe[0]], [xe[1]]], yerr=[[ye[0]], [ye[1]]], capsize=2, **style)
 
 
+def _interval_ends(rows: Sequence[Mapping[str, Any]], measure: str) -> list[float]:
+    """Every row's interval ends (its estimate where it has none) of ``measure``."""
+    return [v for r in rows for v in (r[measure]["low"], r[measure]["high"], r[measure]["estimate"]) if v is not None]
+
+
+def _limits(regime: Mapping[str, Any]) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The panels' (xlim, ylim): around every row's intervals, not the base's (a far base would squeeze them)."""
+    return frontier_limits(_interval_ends(regime["rows"], "mean_length"), _interval_ends(regime["rows"], "accuracy"))
+
+
+def _base_label(regime: Mapping[str, Any]) -> str:
+    """The base's legend entry: its numbers, and where it lies when off the axes."""
+    bx, by = regime["base"]["mean_length"]["estimate"], regime["base"]["accuracy"]["estimate"]
+    if by is None:
+        return "base model"
+    xlim, ylim = _limits(regime)
+    where = "" if ylim[0] <= by <= ylim[1] and xlim[0] <= bx <= xlim[1] else ", off the axes: the triangle on the edge"
+    return f"base model (accuracy {by:.3f}, length {bx:.1f}{where})"
+
+
 def _panel(ax: Any, method: str, regime: Mapping[str, Any], style: Mapping[str, Any], singles: Sequence[str]) -> None:
     rows = {r["row"]: r for r in regime["rows"]}
     for other, f in regime["frontiers"].items():  # the field, grey, behind
@@ -50,18 +91,24 @@ def _panel(ax: Any, method: str, regime: Mapping[str, Any], style: Mapping[str, 
         if name in rows:
             marker = SINGLE_MARKERS[i % len(SINGLE_MARKERS)]
             _point(ax, rows[name], color="black", marker=marker, ms=6, mfc="white", ls="none", zorder=3)
-    base = regime["base"]
-    if base["accuracy"]["estimate"] is not None:
-        ax.plot([base["mean_length"]["estimate"]], [base["accuracy"]["estimate"]], "o", color="0.5", ms=5, zorder=2)
+    bx, by = regime["base"]["mean_length"]["estimate"], regime["base"]["accuracy"]["estimate"]
+    xlim, ylim = _limits(regime)
+    if by is not None:  # off the axes (the rows' limits): a grey triangle on the edge it lies beyond, at its length
+        inside = ylim[0] <= by <= ylim[1] and xlim[0] <= bx <= xlim[1]
+        x, y = (bx, by) if inside else (min(max(bx, xlim[0]), xlim[1]), ylim[0] if by < ylim[0] else ylim[1])
+        marker = "o" if inside else ("v" if by < ylim[0] else "^")
+        ax.plot([x], [y], marker, color="0.5", ms=6, zorder=2, clip_on=False)
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
     pts = [rows[s] for s in regime["frontiers"][method]["strengths"] if s in rows]
     if pts:
         xs = [p["mean_length"]["estimate"] for p in pts]
         ax.plot(xs, [p["accuracy"]["estimate"] for p in pts], color=style["color"], lw=1.5, zorder=4)
         for p in pts:
             _point(ax, p, color=style["color"], marker=style["marker"], ms=6, ls="none", zorder=5)
-            label = p["row"].split("=", 1)[-1]
-            ax.annotate(label, (p["mean_length"]["estimate"], p["accuracy"]["estimate"]), fontsize=FONT - 3,
-                        xytext=(4, 4), textcoords="offset points", color=style["color"])  # fmt: skip
+            at = (p["mean_length"]["estimate"], p["accuracy"]["estimate"])
+            ax.annotate(strength_label(p["row"]), at, fontsize=FONT - 3, xytext=(4, 4), textcoords="offset points",
+                        color=style["color"])  # fmt: skip
     ax.set_title(method, fontsize=FONT, color=style["color"])
     ax.tick_params(labelsize=FONT - 2)
     ax.grid(alpha=0.3)
@@ -79,7 +126,7 @@ def _frontiers(plt: Any, regime: Mapping[str, Any], name: str, styles: Mapping[s
     handles = [
         plt.Line2D([], [], color="black", marker=SINGLE_MARKERS[i % len(SINGLE_MARKERS)], mfc="white", ls="none",
                    label=s) for i, s in enumerate(singles)
-    ] + [plt.Line2D([], [], color="0.5", marker="o", ls="none", label="base model")]  # fmt: skip
+    ] + [plt.Line2D([], [], color="0.5", marker="o", ls="none", label=_base_label(regime))]  # fmt: skip
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1.0 - 0.35 / fig.get_figheight()),
                ncol=len(handles), fontsize=FONT - 1, frameon=False)  # fmt: skip
     fig.supxlabel("mean response length (tokens)", fontsize=FONT)
@@ -148,7 +195,7 @@ def plot_frontiers(results: Mapping[str, Any], folder: str | Path) -> list[Path]
     folder = Path(folder)
     written: list[Path] = []
     for regime_name, regime in results["regimes"].items():
-        styles = method_styles(list(regime["frontiers"]))
+        styles = frontier_styles(list(regime["frontiers"]))
         singles = [r["row"] for r in regime["rows"] if "@" not in r["row"]]
         figures = {
             f"frontiers_{regime_name}.png": _frontiers(plt, regime, regime_name, styles, singles)
