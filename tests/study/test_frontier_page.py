@@ -176,6 +176,32 @@ def test_the_frontier_results_of_a_small_study_by_hand(tmp_path):
     assert traj == {"row": "lead", "key": "lead/lambda_l", "steps": [1, 2], "mean": [0.4, 0.5]}
 
 
+def test_a_logged_zero_that_stands_for_something_else_stays_out_of_the_means(tmp_path):
+    """LASER-D logs a target that is the batch's longest response as 0 (its Trajectory.zero_means): a mean over
+    seeds leaves those out, counts them, and is None where every seed logged it."""
+    from dynashape.study.frontier_results import _trajectories
+
+    logged = {0: [0.0, 40.0, 41.0], 1: [0.0, 0.0, 43.0]}  # target_low per step, seeds 0 and 1
+    runs = {}
+    for seed, values in logged.items():
+        folder = tmp_path / f"laser_d-seed{seed}"
+        folder.mkdir()
+        lines = [{"step": i + 1, "laser_d/target_low": v, "laser_d/target_medium": 20.0, "laser_d/target_high": 10.0}
+                 for i, v in enumerate(values)]  # fmt: skip
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        runs[seed] = {"run_dir": folder.name}
+    found = {t["key"]: t for t in _trajectories(tmp_path, ["laser_d"], {"laser_d": "laser_d"}, {"laser_d": runs})}
+    low = found["laser_d/target_low"]
+    assert low["mean"] == [None, 40.0, 42.0] and low["zero_seeds"] == [2, 1, 0]
+    assert low["zero_means"].startswith("the batch's longest response")
+    assert found["laser_d/target_medium"]["mean"] == [20.0, 20.0, 20.0]
+    lead = tmp_path / "lead-seed0"
+    lead.mkdir()
+    (lead / "metrics.jsonl").write_text(json.dumps({"step": 1, "lead/lambda_l": 0.0}) + "\n")
+    (plain,) = _trajectories(tmp_path, ["lead"], {"lead": "lead"}, {"lead": {0: {"run_dir": lead.name}}})
+    assert plain == {"row": "lead", "key": "lead/lambda_l", "steps": [1], "mean": [0.0]}  # a 0 that is a value
+
+
 def test_a_frontier_uses_only_the_seeds_all_its_strengths_finished(tmp_path):
     out = _folder(tmp_path)
     records = [

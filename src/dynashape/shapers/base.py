@@ -83,8 +83,13 @@ class Trajectory:
     """The metric keys, each in the shaper's namespace (``<name>/...``): ``register_shaper`` checks it."""
     title: str
     """What the keys are, in a few words (a plot's title after the method's display name)."""
+    zero_means: str | None = None
+    """What a logged 0 stands for, where 0 is no value of the state but a stand-in (LASER-D logs a target that is
+    the batch's longest response as 0): a plot leaves it out of its means and says what it is. None: 0 is a value."""
 
     def __post_init__(self) -> None:
+        if self.zero_means is not None and (not isinstance(self.zero_means, str) or not self.zero_means):
+            raise ValueError(f"Trajectory.zero_means must be non-empty text or None, got {self.zero_means!r}")
         if not isinstance(self.keys, tuple) or not self.keys or not all(isinstance(k, str) and k for k in self.keys):
             raise ValueError(f"Trajectory.keys must be a non-empty tuple of metric keys, got {self.keys!r}")
         if not isinstance(self.title, str) or not self.title:

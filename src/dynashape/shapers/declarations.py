@@ -11,7 +11,9 @@ from dynashape.shapers.base import Strength, Trajectory
 LEAD_WEIGHT = Trajectory(keys=("lead/lambda_l",), title="efficiency weight lambda_l")  # lambda_c = 1 - lambda_l
 THINKPRUNE_CAP = Trajectory(keys=("thinkprune/max_length",), title="length cap")  # ScheduledCap: the cap in force
 LASER_D_TARGETS = Trajectory(  # the grid lengths per difficulty (or the longest); low: groups below 1/3 accuracy
-    keys=("laser_d/target_low", "laser_d/target_medium", "laser_d/target_high"), title="targets; low = hardest groups"
+    keys=("laser_d/target_low", "laser_d/target_medium", "laser_d/target_high"),
+    title="targets; low = hardest groups",
+    zero_means="the batch's longest response (no grid length keeps enough correct answers)",
 )
 ADLP_WEIGHT = Trajectory(keys=("adlp/lambda",), title="length weight lambda")  # DualAscent: the weight used that step
 AALC_ALPHA = Trajectory(keys=("aalc/alpha",), title="alpha_t")  # logged once a validation accuracy is known

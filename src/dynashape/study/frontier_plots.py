@@ -169,9 +169,12 @@ def _controllers(plt: Any, regime: Mapping[str, Any], name: str):
     fig, axes = plt.subplots(rows_n, cols, figsize=(13, 3.6 * rows_n), squeeze=False)
     styles = method_styles([t["row"] for t in regime["trajectories"]])
     for ax, key in zip(axes.flat, keys, strict=False):
-        for t in (t for t in regime["trajectories"] if t["key"] == key):
+        for i, t in enumerate(t for t in regime["trajectories"] if t["key"] == key):
             st = styles[t["row"]]
-            ax.plot(t["steps"], t["mean"], color=st["color"], label=t["row"], lw=1.3)
+            ys = [math.nan if y is None else y for y in t["mean"]]  # a stand-in at every seed: a gap
+            label = t["row"] + (" (some steps: 0 logged)" if any(t.get("zero_seeds", ())) else "")
+            # dashes apart: two strengths often hold one value (a grid's top, a cap's start) and would hide
+            ax.plot(t["steps"], ys, color=st["color"], label=label, lw=1.3, ls=("-", "--", "-.", ":")[i % 4])
         ax.set_title(key, fontsize=FONT)
         ax.set_xlabel("step", fontsize=FONT - 1)
         ax.tick_params(labelsize=FONT - 2)
@@ -180,7 +183,14 @@ def _controllers(plt: Any, regime: Mapping[str, Any], name: str):
     for ax in list(axes.flat)[len(keys) :]:
         ax.axis("off")
     fig.suptitle(f"{name}: the controllers' state per step (seed means)", fontsize=FONT + 1)
-    fig.tight_layout()
+    notes = sorted({(t["key"].split("/")[0], t["zero_means"]) for t in regime["trajectories"] if t.get("zero_means")})
+    footnote = "\n".join(
+        f"{owner}: a logged 0 is {what}; left out of the means (a gap where every seed logged it)"
+        for owner, what in notes
+    )
+    if footnote:
+        fig.text(0.5, 0.005, footnote, ha="center", va="bottom", fontsize=FONT - 1)
+    fig.tight_layout(rect=(0, 0.03 * (footnote.count("\n") + 1) if footnote else 0, 1, 1))
     return fig
 
 

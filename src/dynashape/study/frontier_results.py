@@ -167,7 +167,10 @@ def _at_budget(rows: Sequence[str], runs: Mapping[str, Seeds]) -> list[dict[str,
 
 
 def _trajectories(out: Path, rows: Sequence[str], presets: Mapping[str, str], runs: Mapping[str, Seeds]) -> list:
-    """Per row whose shaper logs a controller (its declared ``Shaper.trajectory``): each key's seed mean per step."""
+    """Per row whose shaper logs a controller (its declared ``Shaper.trajectory``): each key's seed mean per step.
+    Where the declaration says a logged 0 stands for something else (``Trajectory.zero_means``), the means leave
+    those seeds out (None where every seed is at it), ``zero_seeds`` counts them per step and ``zero_means`` says
+    what they are."""
     result = []
     for row in rows:
         declared = shaper_trajectory(PRESETS[presets[row]]["shaper"])  # what the row's method says it logs
@@ -181,9 +184,18 @@ def _trajectories(out: Path, rows: Sequence[str], presets: Mapping[str, str], ru
                     if line.get(k) is not None and math.isfinite(line[k]):
                         per_key[k].setdefault(int(line["step"]), []).append(float(line[k]))
         for k, steps in per_key.items():
-            if steps:
-                xs = sorted(steps)
+            if not steps:
+                continue
+            xs = sorted(steps)
+            if declared.zero_means is None:
                 result.append({"row": row, "key": k, "steps": xs, "mean": [float(np.mean(steps[x])) for x in xs]})
+                continue
+            values = [[v for v in steps[x] if v != 0] for x in xs]
+            result.append({
+                "row": row, "key": k, "steps": xs, "mean": [float(np.mean(v)) if v else None for v in values],
+                "zero_seeds": [len(steps[x]) - len(v) for x, v in zip(xs, values, strict=True)],
+                "zero_means": declared.zero_means,
+            })  # fmt: skip
     return result
 
 
