@@ -113,7 +113,8 @@ def _versus_table(regime: Mapping[str, Any]) -> list[str]:
 def _which_when_table(regime: Mapping[str, Any]) -> list[str]:
     if not regime["which_when"]:
         return ["No matched length (yet)."]
-    lines = ["| length | highest mean accuracy | not distinguished from it (interval covers 0) |", "|---|---|---|"]
+    header = "| length | highest mean accuracy | not distinguished from it (its interval covers 0, or under 2 seeds) |"
+    lines = [header, "|---|---|---|"]
     for w in regime["which_when"]:
         lines.append(f"| {w['length']} | {w['best']} | {', '.join(w['not_distinguished']) or '-'} |")
     return lines
