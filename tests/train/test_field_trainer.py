@@ -18,6 +18,7 @@ from dynashape.train.config import BudgetPromptConfig, TrainConfig
 from dynashape.train.run import read_metrics, train
 from dynashape.world.base import Problem
 from dynashape.world.budget_prompts import draw_budget, with_budget, with_drawn_budgets
+from resume_check import assert_resumes_bit_identically, strip_time
 
 # toy-scale parameters (the tiny runs' cap is 24 tokens): each method's own parameters, lengths shrunk
 FIELD_KWARGS = {
@@ -40,10 +41,6 @@ FIELD_TRAIN = {  # what each needs from the trainer beyond the shaper
     "aalc": {"validation_every": 2, "validation_problems": 4},
     "saw": {"reward_columns": ("correct_short",), "length_threshold": 12},
 }
-
-
-def _strip_time(metrics):
-    return [{k: v for k, v in m.items() if not (k.startswith("time/") or k.endswith("seconds"))} for m in metrics]
 
 
 # ----------------------------------------------------------------------------------------- budget prompts
@@ -151,16 +148,7 @@ def test_each_field_method_resumes_bit_identically(name, tiny_config, parity_ver
     """A run stopped after step 3 resumes from its step-2 checkpoint into the uninterrupted run's numbers: every
     metric, the weights and the evaluation (the frontier study's resumed runs rest on this)."""
     cfg = tiny_config("grpo", steps=4, checkpoint_every=2, **RESUMABLE[name])
-    full = train(cfg, tmp_path / "full", progress=False, verifier=parity_verifier, report=False)
-    part = train(cfg, tmp_path / "part", progress=False, stop_after=3, verifier=parity_verifier, report=False)
-    assert part.eval is None and len(part.metrics) == 3
-    resumed = train(cfg, tmp_path / "part", progress=False, verifier=parity_verifier, report=False)
-    assert resumed.resumed_from == 2
-    assert _strip_time(read_metrics(tmp_path / "part")) == _strip_time(full.metrics)
-    a = torch.load(tmp_path / "full/checkpoints/step_4/model.pt")
-    b = torch.load(tmp_path / "part/checkpoints/step_4/model.pt")
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert resumed.eval["final"] == full.eval["final"]
+    assert_resumes_bit_identically(cfg, tmp_path, parity_verifier)
 
 
 def test_l1_gets_the_budget_each_rollouts_prompt_names(tiny_config, parity_verifier, tmp_path, monkeypatch):
@@ -217,7 +205,7 @@ def test_validations_run_on_schedule_reach_aalc_and_survive_a_resume(tiny_config
     train(cfg, tmp_path / "part", progress=False, stop_after=3, verifier=parity_verifier, report=False)
     resumed = train(cfg, tmp_path / "part", progress=False, verifier=parity_verifier, report=False)
     assert resumed.resumed_from == 2
-    assert _strip_time(read_metrics(tmp_path / "part")) == _strip_time(full.metrics)
+    assert strip_time(read_metrics(tmp_path / "part")) == strip_time(full.metrics)
 
 
 def test_validation_does_not_move_the_training_draws(tiny_config, parity_verifier, tmp_path):
@@ -225,8 +213,8 @@ def test_validation_does_not_move_the_training_draws(tiny_config, parity_verifie
     cfg = tiny_config("grpo", validation_every=1, validation_problems=3)
     validated = train(cfg, tmp_path / "b", progress=False, verifier=parity_verifier, report=False)
     assert all("val/accuracy" in m for m in validated.metrics)
-    without = [{k: v for k, v in m.items() if not k.startswith("val/")} for m in _strip_time(validated.metrics)]
-    assert without == _strip_time(plain.metrics)
+    without = [{k: v for k, v in m.items() if not k.startswith("val/")} for m in strip_time(validated.metrics)]
+    assert without == strip_time(plain.metrics)
 
 
 def test_laser_d_refreshes_its_targets_from_the_monitor_set_on_its_schedule(tiny_config, parity_verifier, tmp_path):

@@ -12,7 +12,8 @@ import torch
 from dynashape.train import checkpoint as ckpt
 from dynashape.train.config import RunConfig
 from dynashape.train.presets import PRESETS, make_train_config, regime_budget
-from dynashape.train.run import read_metrics, train
+from dynashape.train.run import train
+from resume_check import assert_resumes_bit_identically
 
 
 def _flat_finite(metrics):
@@ -61,11 +62,6 @@ def test_preset_three_steps(method, tiny_config, parity_verifier, tmp_path):
         assert 0 < result.metrics[-1]["lead/lambda_l"] <= 0.7
 
 
-def _strip_time(metrics):
-    """Wall-clock measurements (time/*, meds/seconds) are the only values allowed to differ."""
-    return [{k: v for k, v in m.items() if not (k.startswith("time/") or k.endswith("seconds"))} for m in metrics]
-
-
 # LEAD's EMA and MEDS's memory both in the state; two mini-batches (separate old-log-prob pass) and one (fused)
 @pytest.mark.parametrize(("method", "mini_batches"), [("lead_meds", 2), ("lead_meds", 1)])
 def test_resume_is_bit_identical(method, mini_batches, tiny_config, parity_verifier, tmp_path):
@@ -77,17 +73,8 @@ def test_resume_is_bit_identical(method, mini_batches, tiny_config, parity_verif
         checkpoint_every=2,
         mini_batches=mini_batches,
     )
-    full = train(cfg, tmp_path / "full", progress=False, verifier=parity_verifier, report=False)
     # killed after step 3: the last checkpoint is step 2, step 3 is redone
-    part = train(cfg, tmp_path / "part", progress=False, stop_after=3, verifier=parity_verifier)
-    assert part.eval is None and len(part.metrics) == 3
-    resumed = train(cfg, tmp_path / "part", progress=False, verifier=parity_verifier, report=False)
-    assert resumed.resumed_from == 2
-    assert _strip_time(read_metrics(tmp_path / "part")) == _strip_time(full.metrics)
-    a = torch.load(tmp_path / "full/checkpoints/step_4/model.pt")
-    b = torch.load(tmp_path / "part/checkpoints/step_4/model.pt")
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert resumed.eval["final"] == full.eval["final"]
+    full, _ = assert_resumes_bit_identically(cfg, tmp_path, parity_verifier)
     again = train(cfg, tmp_path / "full", progress=False, verifier=parity_verifier, report=False)
     assert again.resumed_from == 4 and again.eval == full.eval  # a finished run is not redone
     assert full.metrics[1]["meds/points"] > 0, "the error memory was filled before the checkpoint at step 2"
