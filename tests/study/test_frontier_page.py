@@ -147,11 +147,19 @@ def test_the_frontier_results_of_a_small_study_by_hand(tmp_path):
     _history(out, "runs/loose/lead-seed0", [0, 0])  # cut off before any checkpoint, trained again
     _history(out, "runs/loose/alp@beta=1e-05-seed1", [0], commit="def", dirty=True)
     res = build_frontier_results(out, plan)
-    assert res["runs"] == {
-        "finished": 15, "planned": 16, "commits": ["abc", "def+dirty"], "resumed": {"loose/grpo-seed0": [20]},
+    assert res["finished_runs"] == 15 and res["planned_runs"] == 16 and res["failed"] == []
+    assert res["invocations"] == {
+        "commits": ["abc", "def+dirty"], "resumed": {"loose/grpo-seed0": [20]},
         "machines": ["AMD EPYC (AVX2, torch 2.13.0+cpu)", "AMD EPYC (AVX512, torch 2.13.0+cpu)"],
         "restarted": {"loose/lead-seed0": ["2026-12-07T00:01:00Z"]},
     }  # fmt: skip
+    # the results schema's keys, as results.json has them
+    schema = {"folder", "command", "wall_seconds", "jobs", "run_seconds", "finished_runs", "machine", "seeds",
+              "generated", "runs"}  # fmt: skip
+    assert schema <= set(res) and len(res["runs"]) == 15
+    (entry,) = [r for r in res["runs"] if r["row"] == "alp@beta=2e-05" and r["seed"] == 1]
+    assert entry["method"] == "alp" and entry["final"]["accuracy"] == 0.66 and entry["final"]["mean_length"] == 62.0
+    assert entry["run_dir"] == "runs/loose/alp@beta=2e-05-seed1" and entry["tokens_sampled"]["response"] == 31_000
     loose = res["regimes"]["loose"]
     assert [m["length"] for m in loose["matched"]] == [56, 60, 64, 68]  # alp spans [52, 70], laser [56, 78]
     at60 = loose["matched"][1]

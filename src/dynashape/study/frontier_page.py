@@ -132,7 +132,7 @@ def _at_budget_table(regime: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _runs_block(runs: Mapping[str, Any]) -> list[str]:
+def _runs_block(runs: Mapping[str, Any]) -> list[str]:  # runs: the results' ``invocations``
     """How the finished runs were trained (their history.jsonl): commits, resumes, restarts from step 0."""
     resumed = [f"{run} (from step {', '.join(map(str, steps))})" for run, steps in runs.get("resumed", {}).items()]
     restarted = list(runs.get("restarted", {}))
@@ -155,7 +155,7 @@ def _runs_block(runs: Mapping[str, Any]) -> list[str]:
 def frontier_markdown(results: Mapping[str, Any], plan: ComparisonPlan, study_text: str | None, written: str,
                       plots: Mapping[str, str]) -> str:  # fmt: skip
     """The page: the plan block, then per regime its tables and plots (``plots``: file name -> relative path)."""
-    runs = results["runs"]
+    runs = {"finished": results["finished_runs"], "planned": results["planned_runs"]}
     lines = [f"# Results: {results['study']}", "",
              f"Written {written} by `dynashape results` from the runs' eval.json and metrics.jsonl: "
              f"{runs['finished']} of {runs['planned']} runs finished. Seed means with 95 % Student's t-intervals over "
@@ -164,7 +164,7 @@ def frontier_markdown(results: Mapping[str, Any], plan: ComparisonPlan, study_te
     if deviations:  # written only with `dynashape results --deviating`
         lines += [f"**Deviating from the plan's evaluation:** {'; '.join(deviations)}.", ""]
     lines += plan_block(plan, study_text)
-    lines += _runs_block(runs)
+    lines += _runs_block(results["invocations"])
     for name, regime in results["regimes"].items():
         lines += [f"## The {name} regime", "", "### Rows", "", *_rows_table(regime)]
         lines += ["", "### Frontiers", "", "Each method through its strengths (the panel's coloured line, labelled by "

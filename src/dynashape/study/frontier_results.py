@@ -14,9 +14,11 @@ eval.json (the registered evaluation) and metrics.jsonl, per regime:
 * ``at_budget``: L1's fixed-budget evaluation (eval.json ``at_budget``), per row and budget;
 * ``trajectories``: the controllers' logged state per step (each shaper's declared trajectory), seed means;
 
-and, for the whole study, ``runs``: how many finished of how many planned, and each finished run's invocations
-(history.jsonl): the code commits they trained at, the runs resumed from a checkpoint and the runs trained again
-from step 0 after an earlier start was cut off before its first checkpoint (or on a machine without it).
+and, for the whole study, the keys of the results schema (``results.build_results``: the folder, command, times,
+``finished_runs``, ``machine``, ``seeds``, ``generated``, ``runs``: each finished run's entry) with ``planned_runs``,
+and ``invocations``, from the runs' history.jsonl: the code commits they trained at, the machines, the runs resumed
+from a checkpoint and the runs trained again from step 0 after an earlier start was cut off before its first
+checkpoint (or on a machine without it).
 
 Descriptive: no claim is decided. A study still running gets the page of the runs it has; each frontier uses the
 seeds at which all its strengths finished, each paired difference the seeds both sides have.
@@ -25,17 +27,19 @@ seeds at which all its strengths finished, each paired difference the seeds both
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dynashape.io import state
 from dynashape.shapers import shaper_trajectory
 from dynashape.study.controls_runs import history, read_jsonl
 from dynashape.study.frontier_math import accuracy_at, interval_record, matched_lengths, spans_everywhere
 from dynashape.study.plan_file import ComparisonPlan
-from dynashape.study.results import load_runs
+from dynashape.study.results import load_runs, run_entry
 from dynashape.train.presets import PRESETS
 from dynashape.train.run_folder import read_metrics
 
@@ -232,9 +236,34 @@ def build_frontier_results(out: str | Path, plan: ComparisonPlan) -> dict[str, A
     finished = {r: _by_row(out, r) for r in regimes}
     planned = sum(len(plan.seeds) if f"{r}/{row}" not in plan.row_seeds else plan.row_seeds[f"{r}/{row}"]
                   for r, rows in plan.rows.items() for row in rows)  # fmt: skip
-    runs = {"finished": sum(len(seeds) for by_row in finished.values() for seeds in by_row.values()),
-            "planned": planned, **_invocations(out, finished)}  # fmt: skip
-    return {"study": plan.name, "seeds": list(plan.seeds), "runs": runs, "regimes": regimes}
+    records = [rec for by_row in finished.values() for seeds in by_row.values() for rec in seeds.values()]
+    meta = state.read_json(out / "comparison.json") if (out / "comparison.json").exists() else {}
+    return {  # the results schema's keys (results.build_results), then the frontiers' own
+        "folder": str(out),
+        "command": meta.get("command"),
+        "wall_seconds": meta.get("wall_seconds"),
+        "jobs": meta.get("jobs"),
+        "run_seconds": sum(float(r["eval"].get("wall_seconds") or 0.0) for r in records),
+        "finished_runs": len(records),
+        "planned_runs": planned,
+        "failed": sorted(r["run_dir"] for r in load_runs(out) if r.get("status") == "failed"),
+        "machine": meta.get("machine"),
+        "seeds": list(plan.seeds),
+        "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "study": plan.name,
+        "runs": [_run_record(r) for r in records],
+        "invocations": _invocations(out, finished),
+        "regimes": regimes,
+    }
+
+
+def _run_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """One finished run as results.json lists it (``results.run_entry``), with its row, folder and tokens."""
+    return run_entry(record) | {
+        "row": record.get("row") or record["method"],
+        "run_dir": record["run_dir"],
+        "tokens_sampled": record["eval"].get("tokens_sampled"),
+    }
 
 
 def _invocations(out: Path, finished: Mapping[str, Mapping[str, Seeds]]) -> dict[str, Any]:

@@ -26,7 +26,10 @@ from dynashape.study.roles import StudyRoles, roles_of
 from dynashape.study.stats import hierarchical_bootstrap, mean_sd, paired_values, t_interval
 from dynashape.study.tables import PUBLISHED
 
-__all__ = ["SUMMARY_METRICS", "best_tuned", "build_results", "json_clean", "load_runs", "runs_by_row", "write_results"]
+__all__ = [
+    "SUMMARY_METRICS", "best_tuned", "build_results", "json_clean", "load_runs", "run_entry", "runs_by_row",
+    "write_results",
+]  # fmt: skip
 
 RunMap = dict[tuple[str, str], dict[int, dict[str, Any]]]
 
@@ -185,7 +188,8 @@ def _per_difficulty(runs: RunMap, n_boot: int, reference: str) -> list[dict[str,
     return out
 
 
-def _run_entry(record: Mapping[str, Any]) -> dict[str, Any]:
+def run_entry(record: Mapping[str, Any]) -> dict[str, Any]:
+    """One finished run's entry in results.json: its row, seed, base and final measures, AES and time."""
     ev = record["eval"]
     final = ev["final"]
     keep = ("accuracy", "mean_length", "pass_at_k", "per_difficulty", "pass_at_k_hard", "wrong_eigen_ratio")
@@ -251,7 +255,7 @@ def build_results(
         "machine": meta.get("machine"),
         "seeds": meta.get("seeds"),
         "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "runs": [_run_entry(r) for r in records if r["split"] == "test" and r.get("eval") is not None],
+        "runs": [run_entry(r) for r in records if r["split"] == "test" and r.get("eval") is not None],
         "tuning": tuning,
         "best_global": best_global,
         "controls": controls,
