@@ -215,8 +215,9 @@ def build_frontier_results(out: str | Path, plan: ComparisonPlan) -> dict[str, A
     """Everything the frontier page shows, per regime of ``plan``, from the comparison folder ``out``."""
     out = Path(out)
     regimes = {}
+    finished = {regime: _by_row(out, regime) for regime in plan.rows}  # regime -> row -> seed -> record
     for regime, rows in plan.rows.items():
-        runs = _by_row(out, regime)
+        runs = finished[regime]
         presets = {row: plan.preset(row) for row in rows}
         sweeps = sweep_rows(rows)
         frontiers = {m: _frontier_seeds(strengths, runs) for m, strengths in sweeps.items()}
@@ -233,7 +234,6 @@ def build_frontier_results(out: str | Path, plan: ComparisonPlan) -> dict[str, A
             "at_budget": _at_budget(rows, runs),
             "trajectories": _trajectories(out, rows, presets, runs),
         }
-    finished = {r: _by_row(out, r) for r in regimes}
     planned = sum(len(plan.seeds) if f"{r}/{row}" not in plan.row_seeds else plan.row_seeds[f"{r}/{row}"]
                   for r, rows in plan.rows.items() for row in rows)  # fmt: skip
     records = [rec for by_row in finished.values() for seeds in by_row.values() for rec in seeds.values()]
